@@ -1,0 +1,3 @@
+from dd_slurm.cli import main
+
+main()

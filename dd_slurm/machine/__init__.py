@@ -1,0 +1,1 @@
+"""The attempt state machine: `table` declares it, `attempt` runs it, `journal` records it."""

@@ -1,0 +1,147 @@
+"""The attempt state machine, built by `transitions` from `table`. Callbacks are one line each."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol
+
+from transitions import Machine
+from transitions.core import EventData, MachineError as TransitionsMachineError
+
+from dd_slurm.errors import AttemptFailure, MachineError
+from dd_slurm.machine import table as T
+from dd_slurm.machine.journal import Journal, current_state
+
+
+class Actions(Protocol):
+    """The work the runtime supplies. Guards return True or raise AttemptFailure."""
+
+    def inputs_verified(self) -> bool: ...
+    def launch_preflight(self) -> None: ...
+    def preflight_passed(self) -> bool: ...
+    def launch_deployments(self) -> None: ...
+    def deployments_ready(self) -> bool: ...
+    def publish_endpoints(self) -> None: ...
+    def launch_client(self) -> None: ...
+    def client_succeeded(self) -> bool: ...
+    def results_valid(self) -> bool: ...
+    def run_cleanup(self, outcome: str, reason: str) -> None: ...
+
+
+def machine_transitions() -> list[dict[str, Any]]:
+    """The table as `transitions` wants it."""
+    return [
+        {"trigger": e.trigger, "source": e.source, "dest": e.dest,
+         "conditions": [e.guard] if e.guard else [], "before": [e.action] if e.action else []}
+        for e in T.EDGES
+    ]
+
+
+class Attempt:
+    """One attempt's machine. `step()` fires the next trigger; failures go down the `fail` edge."""
+
+    state: str
+
+    def __init__(self, actions: Actions, journal: Journal, state: Optional[str] = None) -> None:
+        self.actions = actions
+        self.journal = journal
+        self.outcome, self.reason, self.detail = _recorded_outcome(journal.entries())
+        self.cleanup_runs = 0
+        self.machine = Machine(
+            model=self, states=list(T.STATES), transitions=machine_transitions(),
+            initial=state or current_state(journal.entries(), T.INITIAL), auto_transitions=False,
+            send_event=True,
+        )
+        for state_name in T.STATES:  # journal first, so an entry action that raises is still recorded
+            self.machine.get_state(state_name).add_callback("enter", "journal_transition")
+            if state_name in T.ON_ENTER:
+                self.machine.get_state(state_name).add_callback("enter", T.ON_ENTER[state_name])
+
+    # Guards and actions: each calls one named action of the runtime.
+    def inputs_verified(self, _e: EventData) -> bool: return self.actions.inputs_verified()
+    def launch_preflight(self, _e: EventData) -> None: self.actions.launch_preflight()
+    def preflight_passed(self, _e: EventData) -> bool: return self.actions.preflight_passed()
+    def launch_deployments(self, _e: EventData) -> None: self.actions.launch_deployments()
+    def deployments_ready(self, _e: EventData) -> bool: return self.actions.deployments_ready()
+    def publish_endpoints(self, _e: EventData) -> None: self.actions.publish_endpoints()
+    def launch_client(self, _e: EventData) -> None: self.actions.launch_client()
+    def client_succeeded(self, _e: EventData) -> bool: return self.actions.client_succeeded()
+    def results_valid(self, _e: EventData) -> bool: return self.actions.results_valid()
+    def run_cleanup(self, _e: Optional[EventData]) -> None: self.cleanup_once()
+
+    # The machine's own bookkeeping.
+    def note_success(self, _e: EventData) -> None: self.set_outcome("succeeded", "ok", None)
+    def note_failure(self, e: EventData) -> None: self.set_outcome(**_failure_args(e))
+    def note_late_failure(self, e: EventData) -> None: self.journal_internal(e)
+
+    def set_outcome(self, outcome: str, reason: str, detail: Optional[str]) -> None:
+        if self.outcome is None:
+            self.outcome, self.reason, self.detail = outcome, reason, detail
+
+    def cleanup_once(self) -> None:
+        """Run cleanup work once per process. It never raises: a failure is journaled and the
+        attempt still reaches done (the cleanup report says what was left)."""
+        if self.cleanup_runs:
+            return
+        self.cleanup_runs += 1
+        try:
+            self.actions.run_cleanup(self.outcome or "failed", self.reason or "unknown")
+        except Exception as exc:  # noqa: BLE001 - cleanup fails safe
+            self.journal.append("internal", self.state, self.state, "run_cleanup",
+                                cleanup_error=f"{type(exc).__name__}: {exc}")
+
+    def journal_transition(self, e: EventData) -> None:
+        ending = e.transition.dest in (T.CLEANUP, T.TERMINAL)
+        self.journal.append(
+            "transition", e.transition.source, e.transition.dest, e.event.name,
+            outcome=self.outcome if ending else None, reason=self.reason if ending else None,
+            detail=self.detail if ending else None,
+        )
+
+    def journal_internal(self, e: EventData) -> None:
+        args = _failure_args(e)
+        self.journal.append("internal", self.state, self.state, e.event.name, ignored_reason=args["reason"])
+
+    # The driver.
+    def step(self) -> str:
+        """Fire the next forward trigger; on any failure take the `fail` edge. Returns the new state."""
+        if self.state == T.TERMINAL:
+            return self.state
+        trigger = T.NEXT_TRIGGER[self.state]
+        try:
+            if not self.trigger(trigger):
+                raise AttemptFailure(f"{trigger}_guard_false")
+        except AttemptFailure as failure:
+            self.fail(outcome=failure.outcome, reason=failure.reason, detail=failure.detail or None)
+        except Exception as exc:  # noqa: BLE001 - a bug in an action still ends in cleanup
+            self.fail(outcome="failed", reason="internal_error", detail=f"{type(exc).__name__}: {exc}")
+        return self.state
+
+    def resume(self) -> None:
+        """A process that finds the attempt in cleanup runs cleanup again: it is a reconcile."""
+        if self.state == T.CLEANUP:
+            self.cleanup_once()
+
+    def advance(self, until: Optional[str] = None) -> str:
+        self.resume()
+        while self.state != T.TERMINAL and self.state != until:
+            self.step()
+        return self.state
+
+    def fire(self, trigger: str, **kwargs: Any) -> bool:
+        """Fire a trigger by name; a trigger the table does not allow here is a MachineError."""
+        try:
+            return self.trigger(trigger, **kwargs)
+        except (TransitionsMachineError, AttributeError) as err:
+            raise MachineError(f"trigger {trigger!r} is not allowed in state {self.state!r}") from err
+
+
+def _failure_args(e: EventData) -> dict[str, Any]:
+    return {"outcome": e.kwargs.get("outcome", "failed"), "reason": e.kwargs.get("reason", "unspecified"),
+            "detail": e.kwargs.get("detail")}
+
+
+def _recorded_outcome(entries: list[dict[str, Any]]) -> tuple[Optional[str], Optional[str], Optional[str]]:
+    for entry in entries:
+        if entry.get("outcome"):
+            return entry["outcome"], entry.get("reason"), entry.get("detail")
+    return None, None, None

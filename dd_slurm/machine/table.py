@@ -1,0 +1,97 @@
+"""THE table of the attempt state machine, as plain data. Everything else is generated from it.
+
+Reading guide: entering a state starts that state's work (`ON_ENTER`, which must return
+quickly); the trigger that leaves a state is guarded by a check that waits for that work to
+complete and raises `AttemptFailure` when it did not. A guard or action that raises sends the
+driver down the `fail` edge to `cleanup`, from whatever state the machine is in.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+
+STATES: tuple[str, ...] = (
+    "staged",
+    "verified",
+    "preflight",
+    "deploying",
+    "ready",
+    "client",
+    "finalize",
+    "cleanup",
+    "done",
+)
+INITIAL = "staged"
+TERMINAL = "done"
+CLEANUP = "cleanup"
+FAILURE_TRIGGER = "fail"
+OUTCOMES = ("succeeded", "failed", "cancelled", "timed_out")
+
+
+@attrs.frozen
+class Edge:
+    trigger: str
+    source: str
+    dest: Optional[str]  # None: an internal transition (no exit, no enter)
+    guard: Optional[str] = None
+    action: Optional[str] = None
+    doc: str = ""
+
+
+FORWARD: tuple[Edge, ...] = (
+    Edge("verify", "staged", "verified", guard="inputs_verified",
+         doc="bundle and plan checksums, GPU shape, hosts, paths, ports"),
+    Edge("start_preflight", "verified", "preflight", doc="the zero-GPU client preflight starts first"),
+    Edge("deploy", "preflight", "deploying", guard="preflight_passed", doc="preflight exited 0"),
+    Edge("mark_ready", "deploying", "ready", guard="deployments_ready", action="publish_endpoints",
+         doc="every deployment healthy before its deadline; endpoints published"),
+    Edge("start_client", "ready", "client", doc="the client runs against the endpoints"),
+    Edge("finalize", "client", "finalize", guard="client_succeeded", doc="client exited 0 in time"),
+    Edge("clean_up", "finalize", "cleanup", guard="results_valid", action="note_success",
+         doc="result validated, manifest written"),
+    Edge("finish", "cleanup", "done", doc="cleanup reported; the outcome is recorded"),
+)
+
+FAILURES: tuple[Edge, ...] = tuple(
+    Edge(FAILURE_TRIGGER, state, CLEANUP, action="note_failure", doc="any failure, signal or cancellation")
+    for state in STATES[: STATES.index(CLEANUP)]
+) + (
+    Edge(FAILURE_TRIGGER, CLEANUP, None, action="note_late_failure", doc="ignored: cleanup is already running"),
+    Edge(FAILURE_TRIGGER, TERMINAL, None, action="note_late_failure", doc="ignored: the attempt has ended"),
+)
+
+EDGES: tuple[Edge, ...] = FORWARD + FAILURES
+
+ON_ENTER: dict[str, str] = {
+    "preflight": "launch_preflight",
+    "deploying": "launch_deployments",
+    "client": "launch_client",
+    "cleanup": "run_cleanup",
+}
+
+NEXT_TRIGGER: dict[str, str] = {edge.source: edge.trigger for edge in FORWARD}
+TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(edge.trigger for edge in EDGES))
+
+# The work the runtime supplies; the rest of the names in the table are the machine's own.
+ACTION_NAMES: tuple[str, ...] = (
+    "inputs_verified",
+    "launch_preflight",
+    "preflight_passed",
+    "launch_deployments",
+    "deployments_ready",
+    "publish_endpoints",
+    "launch_client",
+    "client_succeeded",
+    "results_valid",
+    "run_cleanup",
+)
+
+
+def next_state(state: str, trigger: str) -> str | None:
+    """The declared destination of `trigger` from `state` (state itself for internal), or None."""
+    for edge in EDGES:
+        if edge.source == state and edge.trigger == trigger:
+            return edge.dest or state
+    return None

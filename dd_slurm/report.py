@@ -1,0 +1,51 @@
+"""Human-readable text for `inspect` and `status`. Pure: dicts in, text out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def attempt_line(attempt: dict[str, Any]) -> str:
+    line = f"attempt {attempt['id']}: {attempt['state']}"
+    if attempt.get("outcome"):
+        line += f" ({attempt['outcome']}, {attempt['reason']})"
+    return line
+
+
+def history_lines(history: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for entry in history:
+        arrow = f"{entry['from']} -> {entry['to']}" if entry["kind"] == "transition" else f"{entry['from']} (ignored)"
+        why = entry.get("reason") or entry.get("ignored_reason")
+        lines.append(f"  {entry['time']}  {arrow:24} {entry['trigger']}" + (f"  [{why}]" if why else ""))
+    return lines
+
+
+def readiness_lines(readiness: dict[str, Any] | None) -> list[str]:
+    if not readiness:
+        return ["readiness: none recorded"]
+    lines = ["readiness:"]
+    for name, dep in sorted(readiness.get("deployments", {}).items()):
+        lines.append(f"  {name}: {dep.get('state')} ({len(dep.get('ready', []))}/{dep.get('expected')} ready)")
+    return lines
+
+
+def cleanup_lines(report: dict[str, Any] | None) -> list[str]:
+    if not report:
+        return ["cleanup: not run"]
+    lines = [f"cleanup: {report.get('verdict', '?')} (runs: {report.get('runs', 1)})"]
+    for proc in report.get("processes", []):
+        lines.append(f"  {proc.get('name')}: {proc.get('how')}")
+    for problem in report.get("problems", []):
+        lines.append(f"  problem: {problem}")
+    return lines
+
+
+def inspect_text(view: dict[str, Any]) -> str:
+    lines = [attempt_line(view["attempt"]), "history:"]
+    lines += history_lines(view["history"]) or ["  (no transitions yet)"]
+    lines += readiness_lines(view.get("readiness"))
+    endpoints = view.get("endpoints") or {}
+    lines.append("endpoints: " + (", ".join(sorted(endpoints.get("models", {}))) or "none published"))
+    lines += cleanup_lines(view.get("cleanup"))
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Persisted records. Every write goes through `atomic.write_atomic`."""

@@ -1,0 +1,115 @@
+"""The attempt state table: every (state, trigger) pair, written out by hand as the oracle."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dd_slurm.errors import MachineError
+from dd_slurm.machine import table as T
+from dd_slurm.machine.attempt import Attempt
+from dd_slurm.machine.journal import Journal
+from tests.machine.fakes import ScriptedActions
+
+EXPECTED = {
+    ("staged", "verify"): "verified",
+    ("verified", "start_preflight"): "preflight",
+    ("preflight", "deploy"): "deploying",
+    ("deploying", "mark_ready"): "ready",
+    ("ready", "start_client"): "client",
+    ("client", "finalize"): "finalize",
+    ("finalize", "clean_up"): "cleanup",
+    ("cleanup", "finish"): "done",
+    **{(state, "fail"): "cleanup" for state in
+       ("staged", "verified", "preflight", "deploying", "ready", "client", "finalize")},
+    ("cleanup", "fail"): "cleanup",
+    ("done", "fail"): "done",
+}
+PAIRS = list(itertools.product(T.STATES, T.TRIGGERS))
+
+
+def test_states_are_the_contract_states_in_order() -> None:
+    """The machine's states are exactly CONTRACT.md's, in order, with `done` terminal."""
+    expected = ("staged", "verified", "preflight", "deploying", "ready", "client", "finalize", "cleanup", "done")
+    assert expected == T.STATES
+    assert "done" == T.TERMINAL
+
+
+@pytest.mark.parametrize(("state", "trigger"), PAIRS, ids=[f"{s}-{t}" for s, t in PAIRS])
+def test_every_state_trigger_pair(tmp_path, clock, state: str, trigger: str) -> None:
+    """Each pair goes to the hand-written destination, or is rejected with MachineError."""
+    attempt = Attempt(ScriptedActions(), Journal(tmp_path, clock), state=state)
+    expected = EXPECTED.get((state, trigger))
+    if expected is None:
+        with pytest.raises(MachineError):
+            attempt.fire(trigger)
+        assert state == attempt.state
+    else:
+        attempt.fire(trigger, reason="test")
+        assert expected == attempt.state
+
+
+def test_table_helper_agrees_with_the_oracle() -> None:
+    """`table.next_state` (used by docs and tools) agrees with the hand-written oracle."""
+    assert EXPECTED == {(s, t): T.next_state(s, t) for s, t in PAIRS if T.next_state(s, t)}
+
+
+def test_every_state_before_cleanup_has_a_failure_edge() -> None:
+    """The contract: every state before cleanup has a failure edge to cleanup."""
+    before = T.STATES[: T.STATES.index("cleanup")]
+    assert {(s, "fail") for s in before} <= {(e.source, e.trigger) for e in T.FAILURES if e.dest == "cleanup"}
+
+
+def test_every_named_callback_exists_on_the_model() -> None:
+    """Every guard, action and on-enter name in the table is a method of the Attempt model."""
+    names = {e.guard for e in T.EDGES} | {e.action for e in T.EDGES} | set(T.ON_ENTER.values())
+    missing = sorted(n for n in names - {None} if not callable(getattr(Attempt, n, None)))
+    assert [] == missing
+
+
+def test_happy_path_runs_every_action_once_in_order(tmp_path, clock) -> None:
+    """With every action succeeding, `advance` reaches done/succeeded calling each action once."""
+    actions = ScriptedActions()
+    attempt = Attempt(actions, Journal(tmp_path, clock))
+    assert "done" == attempt.advance()
+    assert list(T.ACTION_NAMES) == actions.calls
+    assert ("succeeded", "ok") == (attempt.outcome, attempt.reason)
+
+
+def test_a_guard_that_raises_fails_from_the_source_state(tmp_path, clock) -> None:
+    """A failing verification leaves the journal showing staged -> cleanup with its reason."""
+    attempt = Attempt(ScriptedActions({"inputs_verified": "raise"}), Journal(tmp_path, clock))
+    attempt.advance()
+    moves = [(e["from"], e["to"], e.get("reason")) for e in attempt.journal.entries()]
+    assert [("staged", "cleanup", "inputs_verified_failed"),
+            ("cleanup", "done", "inputs_verified_failed")] == moves
+
+
+def test_a_guard_that_declines_is_a_failure_too(tmp_path, clock) -> None:
+    """A guard returning False during `step` is not a hang: the attempt fails with a reason."""
+    attempt = Attempt(ScriptedActions({"preflight_passed": "false"}), Journal(tmp_path, clock))
+    attempt.advance()
+    assert ("done", "failed", "deploy_guard_false") == (attempt.state, attempt.outcome, attempt.reason)
+
+
+def test_the_first_failure_wins(tmp_path, clock) -> None:
+    """A second failure (a signal in cleanup) does not replace the recorded outcome."""
+    attempt = Attempt(ScriptedActions(), Journal(tmp_path, clock), state="client")
+    attempt.fire("fail", outcome="cancelled", reason="scancel")
+    attempt.fire("fail", outcome="timed_out", reason="sigusr1")
+    attempt.advance()
+    assert ("cancelled", "scancel") == (attempt.outcome, attempt.reason)
+    assert "sigusr1" == attempt.journal.entries()[1]["ignored_reason"]
+
+
+def test_a_restored_machine_continues_from_the_journal(tmp_path, clock) -> None:
+    """A fresh process reads the journal: same state, same outcome, and it reruns cleanup."""
+    first = Attempt(ScriptedActions(), Journal(tmp_path, clock))
+    first.advance(until="ready")
+    first.fire("fail", outcome="cancelled", reason="scancel")
+    actions = ScriptedActions()
+    second = Attempt(actions, Journal(tmp_path, clock))
+    assert ("cleanup", "cancelled") == (second.state, second.outcome)
+    assert "done" == second.advance()
+    assert ["run_cleanup"] == actions.calls

@@ -1,0 +1,104 @@
+"""The CLI as users run it: exit codes, one-line errors, lazy imports, generated statecharts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dd_slurm.clock import FakeClock
+from dd_slurm.machine.attempt import Attempt
+from dd_slurm.machine.journal import Journal
+from tests.conftest import PLANS, ROOT
+from tests.machine.fakes import ScriptedActions
+
+INVALID = [
+    tuple(line.split("\t"))
+    for line in (PLANS / "invalid" / "expected.tsv").read_text().splitlines()
+    if line and not line.startswith("#")
+]
+
+
+def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def test_validate_accepts_every_valid_fixture(dd_slurm_exe) -> None:
+    """`dd-slurm validate fixtures/plans/*.json` exits 0 and prints one ok line per plan."""
+    plans = sorted(str(p) for p in PLANS.glob("*.json"))
+    result = run(dd_slurm_exe + ["validate", *plans])
+    assert (0, "") == (result.returncode, result.stderr)
+    assert len(plans) == len(result.stdout.splitlines())
+
+
+@pytest.mark.parametrize(("name", "expected"), INVALID[:8], ids=[n for n, _ in INVALID[:8]])
+def test_validate_prints_one_line_and_exits_2(dd_slurm_exe, name: str, expected: str) -> None:
+    """An invalid plan: exit 2, exactly one line on stderr naming the field, nothing on stdout."""
+    result = run(dd_slurm_exe + ["validate", str(PLANS / "invalid" / name)])
+    assert (2, expected + "\n", "") == (result.returncode, result.stderr, result.stdout)
+
+
+def test_validate_json_output(dd_slurm_exe) -> None:
+    """`--json` reports each plan's validity and digest, still exiting 2 when one is invalid."""
+    result = run(dd_slurm_exe + ["validate", "--json", str(PLANS / "single-node.json"),
+                                 str(PLANS / "invalid" / "bad-mem.json")])
+    report = json.loads(result.stdout)
+    assert (2, [True, False]) == (result.returncode, [r["valid"] for r in report])
+
+
+def test_diagram_check_passes_on_the_committed_statecharts(dd_slurm_exe) -> None:
+    """The committed statecharts/ are what the table generates now."""
+    result = run(dd_slurm_exe + ["diagram", "--check"], cwd=ROOT)
+    assert 0 == result.returncode, result.stderr
+
+
+def test_diagram_check_fails_on_stale_files(dd_slurm_exe, tmp_path) -> None:
+    """A hand-edited statechart is reported stale with exit 1; regenerating fixes it."""
+    assert 0 == run(dd_slurm_exe + ["diagram", "--dir", str(tmp_path)]).returncode
+    (tmp_path / "attempt.mmd").write_text("edited\n")
+    stale = run(dd_slurm_exe + ["diagram", "--check", "--dir", str(tmp_path)])
+    assert 1 == stale.returncode
+    assert "attempt.mmd" in stale.stderr
+
+
+def test_statechart_markdown_lists_every_transition() -> None:
+    """The Markdown statechart has one table row per declared edge."""
+    from dd_slurm.machine import table as T
+
+    text = (ROOT / "statecharts" / "attempt.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| `") and line.count("|") == 7]
+    assert len(T.EDGES) == len(rows)
+
+
+def test_help_does_not_import_the_runtime() -> None:
+    """`dd-slurm --help` stays cheap: no transitions, cattrs or runtime modules are imported."""
+    code = ("import sys; from dd_slurm.cli import cli\n"
+            "try: cli.main(['--help'], standalone_mode=False)\nexcept SystemExit: pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('transitions', 'cattrs', 'attrs') or m.startswith('dd_slurm.runtime')))")
+    result = run([sys.executable, "-c", code])
+    assert "[]" == result.stdout.strip().splitlines()[-1]
+
+
+def test_inspect_reads_the_journal(dd_slurm_exe, tmp_path) -> None:
+    """`inspect --json` shows the state, outcome and history written by another process."""
+    (tmp_path / "plan.json").write_text("{}")
+    attempt = Attempt(ScriptedActions({"deployments_ready": "raise"}), Journal(tmp_path, FakeClock()))
+    attempt.advance()
+    result = run(dd_slurm_exe + ["inspect", "--json", str(tmp_path)])
+    view = json.loads(result.stdout)
+    summary = view["attempt"]
+    assert ("done", "failed", "deployments_ready_failed") == (summary["state"], summary["outcome"], summary["reason"])
+    assert ["verified", "preflight", "deploying", "cleanup", "done"] == [e["to"] for e in view["history"]]
+    text = run(dd_slurm_exe + ["inspect", str(tmp_path)]).stdout
+    assert text.startswith(f"attempt {tmp_path.name}: done (failed, deployments_ready_failed)")
+
+
+def test_inspect_of_a_missing_dir_is_one_line_exit_2(dd_slurm_exe, tmp_path) -> None:
+    """A path that is not an attempt dir: exit 2, one line, no traceback."""
+    result = run(dd_slurm_exe + ["inspect", str(tmp_path / "nope")])
+    assert 2 == result.returncode
+    assert 1 == len(result.stderr.splitlines())
+    assert result.stderr.startswith("error: ")
