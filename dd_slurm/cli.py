@@ -91,6 +91,128 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool) -> None:
     emit(view, as_json, inspect_text)
 
 
+def _commands(timeout_s: float = 30.0):
+    import os
+
+    from dd_slurm.clock import Clock
+    from dd_slurm.scheduler.commands import SlurmCommands
+
+    return SlurmCommands.from_environ(Clock(), os.environ, timeout_s=timeout_s)
+
+
+def _clock():
+    from dd_slurm.clock import Clock
+
+    return Clock()
+
+
+workspace_option = click.option("--workspace", "-w", required=True, type=click.Path(file_okay=False),
+                                help="Where bundles/ and attempts/ live (shared with the compute nodes).")
+
+
+@cli.command()
+@click.argument("plan", type=click.Path(dir_okay=False))
+@click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False))
+def render(plan: str, workspace: str) -> None:
+    """Print the batch script that `submit` would submit for PLAN (nothing is written)."""
+    import os
+
+    from dd_slurm.bundle.manifest import planned_manifest
+    from dd_slurm.bundle.stage import new_attempt_id, workspace_path
+    from dd_slurm.plan import load_plan, plan_digest
+    from dd_slurm.scheduler.render import ScriptContext, render_script
+
+    loaded = load_plan(plan)
+    ws = workspace_path(workspace)
+    digest = planned_manifest()[0]["digest"]
+    attempt_id = new_attempt_id(loaded, _clock())
+    ctx = ScriptContext(attempt_id, str(ws / "attempts" / attempt_id), str(ws / "bundles" / digest), digest,
+                        plan_digest(loaded), os.environ.get("DD_SLURM_BIN_DIR") or None)
+    click.echo(render_script(loaded, ctx), nl=False)
+
+
+@cli.command()
+@click.argument("plan", type=click.Path(dir_okay=False))
+@workspace_option
+@json_option
+def stage(plan: str, workspace: str, as_json: bool) -> None:
+    """Stage the runtime bundle and a new attempt dir with its entrypoint; print the attempt dir."""
+    import os
+
+    from dd_slurm.bundle.stage import stage as do_stage
+    from dd_slurm.plan import load_plan
+
+    staged = do_stage(load_plan(plan), workspace, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None)
+    out = {"attempt_dir": str(staged.attempt_dir), "bundle_digest": staged.bundle_digest,
+           "plan_digest": staged.plan_digest, "job_name": staged.job_name}
+    emit(out, as_json, lambda v: v["attempt_dir"])
+
+
+@cli.command()
+@click.argument("plan", type=click.Path(dir_okay=False))
+@workspace_option
+@json_option
+def submit(plan: str, workspace: str, as_json: bool) -> None:
+    """Stage and submit PLAN; returns as soon as Slurm accepts the job."""
+    from dd_slurm.control import submit as do_submit
+
+    out = do_submit(plan, workspace, _commands(), _clock())
+    emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
+
+
+@cli.command()
+@click.argument("attempt_dir", type=click.Path())
+@json_option
+@click.option("--watch", is_flag=True, help="Keep observing until the attempt and the job have ended.")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
+def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
+    """The attempt's state from disk plus a fresh scheduler observation."""
+    from dd_slurm.control import status as do_status
+    from dd_slurm.report import status_text
+    from dd_slurm.store.view import attempt_dir as checked_dir
+
+    directory, clock, commands = checked_dir(attempt_dir), _clock(), _commands()
+    while True:
+        view = do_status(directory, commands, clock)
+        if as_json and watch:
+            click.echo(json.dumps(view, sort_keys=True))
+        else:
+            emit(view, as_json, status_text)
+        if not watch or _finished(view):
+            return
+        clock.sleep(interval)
+
+
+def _finished(view: dict) -> bool:
+    scheduler = view.get("scheduler") or {}
+    return view["attempt"]["state"] == "done" and (not scheduler or scheduler.get("terminal", False))
+
+
+@cli.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@json_option
+def query(job_ids: tuple[str, ...], as_json: bool) -> None:
+    """Normalized scheduler observations for raw job ids (arrays expanded per task)."""
+    from dd_slurm.control import query as do_query
+
+    found = [o.to_json() for o in do_query(list(job_ids), _commands(), _clock())]
+    emit(found, as_json, lambda rows: "\n".join(
+        f"{o['job_id']}\t{o['state']}\t{o['exit_code'] if o['exit_code'] is not None else '-'}"
+        f"\t{o['reason'] or ''}" for o in rows))
+
+
+@cli.command()
+@click.argument("attempt_dir", type=click.Path())
+@json_option
+def cancel(attempt_dir: str, as_json: bool) -> None:
+    """scancel the attempt's job and record the request."""
+    from dd_slurm.control import cancel as do_cancel
+    from dd_slurm.store.view import attempt_dir as checked_dir
+
+    out = do_cancel(checked_dir(attempt_dir), _commands(), _clock())
+    emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}")
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

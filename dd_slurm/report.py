@@ -49,3 +49,19 @@ def inspect_text(view: dict[str, Any]) -> str:
     lines.append("endpoints: " + (", ".join(sorted(endpoints.get("models", {}))) or "none published"))
     lines += cleanup_lines(view.get("cleanup"))
     return "\n".join(lines)
+
+
+def scheduler_line(obs: dict[str, Any] | None) -> str:
+    if not obs:
+        return "scheduler: not submitted"
+    line = f"scheduler: job {obs['job_id']} {obs['state']}"
+    if obs.get("exit_code") is not None:
+        line += f" exit {obs['exit_code']}:{obs.get('signal') or 0}"
+    return line + (f" ({obs['reason']})" if obs.get("reason") else "")
+
+
+def status_text(view: dict[str, Any]) -> str:
+    lines = [attempt_line(view["attempt"]), scheduler_line(view.get("scheduler"))]
+    if view.get("readiness"):
+        lines += readiness_lines(view["readiness"])
+    return "\n".join(lines)

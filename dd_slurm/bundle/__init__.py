@@ -1,0 +1,1 @@
+"""The runtime bundle (content-addressed, checksummed) and staging of attempts."""

@@ -1,0 +1,124 @@
+"""`dd-slurm stage`: publish the bundle (once per digest) and create one attempt dir atomically."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Optional
+
+import attrs
+
+from dd_slurm.bundle.manifest import MANIFEST_NAME, planned_manifest, verify_bundle
+from dd_slurm.clock import Clock
+from dd_slurm.errors import InvalidInput
+from dd_slurm.fields import control_char
+from dd_slurm.plan import Plan, canonical_json, plan_digest
+from dd_slurm.scheduler.render import LOG_DIR, ScriptContext, render_script
+from dd_slurm.store.atomic import dump_json, write_atomic
+from dd_slurm.store.attempt_record import RECORD_NAME, new_record
+from dd_slurm.store.view import PLAN_NAME
+
+SCRIPT_NAME = "job.sbatch"
+RESULTS_DIR = "results"
+
+
+@attrs.frozen
+class Staged:
+    attempt_id: str
+    attempt_dir: Path
+    bundle_dir: Path
+    bundle_digest: str
+    plan_digest: str
+    job_name: str
+    script: Path
+
+
+def workspace_path(workspace: str | Path) -> Path:
+    path = Path(workspace).expanduser().resolve()
+    bad = control_char(str(path))
+    if bad or "%" in str(path) or "," in str(path):
+        raise InvalidInput(f"--workspace: {path!s:.80} contains {bad or 'a % or , character'}; choose a plain path")
+    return path
+
+
+def new_attempt_id(plan: Plan, clock: Clock) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(clock.wall()))
+    return f"{plan.name}-{stamp}-{secrets.token_hex(3)}"
+
+
+def ensure_bundle(workspace: Path) -> tuple[str, Path]:
+    """Publish the bundle under bundles/<digest>/ unless an intact one is there already."""
+    manifest, sources = planned_manifest()
+    digest = manifest["digest"]
+    final = workspace / "bundles" / digest
+    if final.exists():
+        problems = verify_bundle(final, digest)
+        if problems:
+            raise InvalidInput(f"{final}: staged bundle is damaged ({problems[0]}); remove it and stage again")
+        return digest, final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{digest[:12]}-{os.getpid()}-{secrets.token_hex(2)}"
+    try:
+        _write_bundle(tmp, manifest, sources)
+        os.rename(tmp, final)
+    except OSError:
+        if not (final.exists() and not verify_bundle(final, digest)):
+            raise
+    finally:
+        if tmp.exists():
+            _make_writable(tmp)
+            shutil.rmtree(tmp)
+    return digest, final
+
+
+def _write_bundle(tmp: Path, manifest: dict, sources: dict[str, bytes | Path]) -> None:
+    for rel, source in sources.items():
+        target = tmp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = source if isinstance(source, bytes) else source.read_bytes()
+        with open(target, "wb") as handle:
+            handle.write(data)
+            os.fsync(handle.fileno())
+    write_atomic(tmp / MANIFEST_NAME, dump_json(manifest), mode=0o444)
+    for path in sorted(tmp.rglob("*"), reverse=True):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    tmp.chmod(0o555)
+
+
+def _make_writable(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def stage(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional[str] = None) -> Staged:
+    ws = workspace_path(workspace)
+    bundle_digest, bundle_dir = ensure_bundle(ws)
+    attempt_id = new_attempt_id(plan, clock)
+    attempts = ws / "attempts"
+    attempts.mkdir(parents=True, exist_ok=True)
+    final = attempts / attempt_id
+    ctx = ScriptContext(attempt_id, str(final), str(bundle_dir), bundle_digest, plan_digest(plan), bin_dir)
+    tmp = attempts / f".tmp-{attempt_id}"
+    tmp.mkdir(mode=0o700)
+    try:
+        _write_attempt(tmp, plan, ctx, clock)
+        os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return Staged(attempt_id, final, bundle_dir, bundle_digest, ctx.plan_digest, ctx.job_name, final / SCRIPT_NAME)
+
+
+def _write_attempt(directory: Path, plan: Plan, ctx: ScriptContext, clock: Clock) -> None:
+    for sub in (LOG_DIR, RESULTS_DIR):
+        (directory / sub).mkdir(mode=0o700)
+    write_atomic(directory / PLAN_NAME, canonical_json(plan), mode=0o400)
+    write_atomic(directory / SCRIPT_NAME, render_script(plan, ctx).encode(), mode=0o500)
+    write_atomic(directory / RECORD_NAME, new_record(
+        attempt_id=ctx.attempt_id, plan_digest=ctx.plan_digest, bundle_digest=ctx.bundle_digest,
+        bundle_dir=ctx.bundle_dir, job_name=ctx.job_name, staged_at=clock.wall(),
+        reconcile_deadline_s=plan.runtime.reconcile_deadline_s,
+    ))

@@ -1,0 +1,1 @@
+"""Inside the allocation: verify, launch, supervise, probe, publish, validate, clean up."""

@@ -1,0 +1,171 @@
+"""The only caller of sbatch, squeue, sacct, scancel and scontrol: argv, no shell, typed errors.
+
+Each call has a timeout and a minimal environment (PATH, LC_ALL=C, SLURM_CONF when set).
+Transient controller errors are retried with bounded backoff; `Invalid job id specified` from
+squeue means "not in the queue". One squeue and at most one sacct call per observation round,
+chunked only when the id list would exceed what one argument may hold.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Iterable, Mapping, Optional
+
+import attrs
+
+from dd_slurm.clock import Clock
+from dd_slurm.errors import SchedulerError, ToolFailed, ToolMissing, ToolTimeout, Transient
+from dd_slurm.scheduler import parse
+
+TOOLS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "srun")
+MAX_ARG_CHARS = 100_000  # Linux caps one argument at 128 KiB (MAX_ARG_STRLEN)
+_TRANSIENT = re.compile(
+    r"Socket timed out|Unable to contact slurm controller|Zero Bytes were transmitted|"
+    r"Resource temporarily unavailable|temporarily unable to accept job|Connection refused|"
+    r"slurm_load_jobs error: (?!Invalid job id)",
+    re.IGNORECASE,
+)
+_INVALID_ID = "Invalid job id specified"
+
+
+@attrs.frozen
+class ToolResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@attrs.frozen
+class QueryResult:
+    squeue: list[parse.Row]
+    sacct: Optional[list[parse.Row]]
+    sacct_error: Optional[str]
+    calls: int
+
+
+def tool_env(environ: Mapping[str, str], bin_dir: Optional[str]) -> dict[str, str]:
+    path = ":".join(p for p in (bin_dir, "/usr/local/bin", "/usr/bin", "/bin") if p)
+    env = {"PATH": path, "LC_ALL": "C"}
+    if environ.get("SLURM_CONF"):
+        env["SLURM_CONF"] = environ["SLURM_CONF"]
+    return env
+
+
+def id_chunks(job_ids: Iterable[str], limit: int = MAX_ARG_CHARS) -> list[str]:
+    """Comma-joined id lists, each under `limit` characters. Array tasks collapse to their job."""
+    parents = list(dict.fromkeys(i.split("_")[0].split("+")[0] for i in job_ids))
+    chunks, current, size = [], [], 0
+    for job in parents:
+        if current and size + len(job) + 1 > limit:
+            chunks.append(",".join(current))
+            current, size = [], 0
+        current.append(job)
+        size += len(job) + 1
+    if current:
+        chunks.append(",".join(current))
+    return chunks
+
+
+class SlurmCommands:
+    def __init__(self, clock: Clock, bin_dir: Optional[str] = None, environ: Mapping[str, str] | None = None,
+                 timeout_s: float = 30.0, attempts: int = 3, backoff_s: float = 0.5) -> None:
+        self.clock = clock
+        self.bin_dir = bin_dir
+        self.env = tool_env(environ or {}, bin_dir)
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    @classmethod
+    def from_environ(cls, clock: Clock, environ: Mapping[str, str] = os.environ, **kwargs: object) -> "SlurmCommands":
+        return cls(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, **kwargs)  # type: ignore[arg-type]
+
+    def executable(self, tool: str) -> str:
+        if self.bin_dir:
+            return str(Path(self.bin_dir) / tool)
+        for directory in self.env["PATH"].split(":"):
+            candidate = Path(directory) / tool
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+        raise ToolMissing(f"{tool}: not found on PATH (set DD_SLURM_BIN_DIR)")
+
+    def run_once(self, tool: str, args: list[str]) -> ToolResult:
+        argv = (self.executable(tool), *args)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=self.timeout_s,
+                                  stdin=subprocess.DEVNULL, errors="replace")
+        except FileNotFoundError:
+            raise ToolMissing(f"{tool}: {argv[0]} does not exist (check DD_SLURM_BIN_DIR)") from None
+        except PermissionError:
+            raise ToolMissing(f"{tool}: {argv[0]} is not executable") from None
+        except subprocess.TimeoutExpired:
+            raise ToolTimeout(f"{tool}: no answer within {self.timeout_s:g}s") from None
+        return ToolResult(argv, done.returncode, done.stdout, done.stderr)
+
+    def run(self, tool: str, args: list[str], ok_if: Optional[str] = None) -> ToolResult:
+        """Run with bounded retries of transient failures; non-zero exit raises ToolFailed."""
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            result = self.run_once(tool, args)
+            if result.returncode == 0 or (ok_if and ok_if in result.stderr):
+                return result
+            message = f"{tool} exited {result.returncode}: {_one_line(result.stderr) or '(no stderr)'}"
+            if not _TRANSIENT.search(result.stderr):
+                raise ToolFailed(message)
+            if attempt == self.attempts:
+                raise Transient(message)
+            self.clock.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def submit(self, script: Path, job_name: str) -> str:
+        """sbatch --parsable. When the outcome is ambiguous, look the unique name up before deciding."""
+        try:
+            return parse.parse_sbatch(self.run("sbatch", ["--parsable", str(script)]).stdout)
+        except (ToolTimeout, Transient) as err:
+            found = self.find_by_name(job_name)
+            if len(found) == 1:
+                return found[0]
+            raise type(err)(f"{err}; and no job named {job_name} exists, so nothing was submitted") from None
+
+    def find_by_name(self, job_name: str) -> list[str]:
+        out = self.run("squeue", ["--noheader", "--states=all", f"--name={job_name}", "--format=%A"]).stdout
+        return sorted({line.strip() for line in out.splitlines() if line.strip().isdigit()})
+
+    def query(self, job_ids: list[str]) -> QueryResult:
+        squeue: list[parse.Row] = []
+        sacct: Optional[list[parse.Row]] = []
+        error, calls = None, 0
+        for chunk in id_chunks(job_ids):
+            calls += 1
+            squeue += parse.parse_squeue(self.squeue_text(chunk))
+        for chunk in id_chunks(job_ids):
+            calls += 1
+            try:
+                text = self.run("sacct", ["--noheader", "--parsable2", f"--jobs={chunk}",
+                                          f"--format={parse.SACCT_FIELDS}"]).stdout
+            except SchedulerError as err:
+                sacct, error = None, str(err)
+                break
+            sacct += parse.parse_sacct(text)  # type: ignore[operator]
+        return QueryResult(squeue, sacct, error, calls)
+
+    def squeue_text(self, chunk: str) -> str:
+        args = ["--noheader", "--states=all", f"--jobs={chunk}", f"--format={parse.SQUEUE_FORMAT}"]
+        result = self.run("squeue", args, ok_if=_INVALID_ID)
+        return "" if result.returncode != 0 else result.stdout
+
+    def cancel(self, job_id: str, signal: Optional[str] = None, batch_only: bool = False) -> None:
+        args = [f"--signal={signal}"] if signal else []
+        self.run("scancel", args + (["--batch"] if batch_only else []) + [job_id])
+
+    def test_only(self, script: Path) -> ToolResult:
+        return self.run("sbatch", ["--test-only", str(script)])
+
+
+def _one_line(text: str) -> str:
+    return " / ".join(line.strip() for line in text.strip().splitlines() if line.strip())[:500]

@@ -1,0 +1,97 @@
+"""Plan -> batch script (pure). Directives come only from validated fields; nothing is evaluated.
+
+Directive values are double-quoted with sbatch's own escaping (`\\"`, `\\\\`), which sbatch parses
+without a shell; the body is one `exec` whose words are single-quoted with `shlex.quote`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Optional
+
+import attrs
+
+from dd_slurm.errors import RenderError
+from dd_slurm.fields import control_char
+from dd_slurm.plan import Plan
+
+ENTRY_NAME = "entry.py"
+LOG_DIR = "logs"
+
+
+@attrs.frozen
+class ScriptContext:
+    """Everything the script needs beyond the plan; all absolute paths chosen by dd-slurm."""
+
+    attempt_id: str
+    attempt_dir: str
+    bundle_dir: str
+    bundle_digest: str
+    plan_digest: str
+    bin_dir: Optional[str] = None
+
+    @property
+    def job_name(self) -> str:
+        return f"dd-{self.attempt_id}"
+
+
+def sbatch_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def directives(plan: Plan, ctx: ScriptContext) -> list[tuple[str, Optional[str]]]:
+    """(option, value) pairs in render order; value None is a flag."""
+    job = plan.job
+    pairs: list[tuple[str, Optional[str]]] = [("--job-name", ctx.job_name)]
+    for option in ("partition", "account", "qos", "reservation", "constraint", "comment"):
+        value = getattr(job, option)
+        if value is not None:
+            pairs.append((f"--{option}", value))
+    pairs += [("--time", job.time_limit), ("--nodes", str(job.nodes)), ("--ntasks-per-node", "1"),
+              ("--cpus-per-task", str(job.cpus_per_task))]
+    if job.gpus_per_node:
+        pairs.append(("--gres", f"gpu:{job.gpus_per_node}"))
+    if job.mem is not None:
+        pairs.append(("--mem", job.mem))
+    if job.exclusive:
+        pairs.append(("--exclusive", None))
+    if job.pre_timeout_signal_s > 0:
+        pairs.append(("--signal", f"B:USR1@{job.pre_timeout_signal_s}"))
+    log = f"{ctx.attempt_dir.replace('%', '%%')}/{LOG_DIR}/batch-%j.out"  # %% is Slurm's literal %
+    pairs += [("--output", log), ("--error", log), ("--export", export_list(ctx)), ("--no-requeue", None)]
+    return pairs
+
+
+def export_list(ctx: ScriptContext) -> str:
+    """The batch script's environment: only these names (plus Slurm's own SLURM_*)."""
+    names = [f"DD_SLURM_ATTEMPT_ID={ctx.attempt_id}", "LC_ALL=C.UTF-8"]
+    if ctx.bin_dir:
+        names.append(f"DD_SLURM_BIN_DIR={ctx.bin_dir}")
+    return ",".join(names)
+
+
+def exec_argv(plan: Plan, ctx: ScriptContext) -> list[str]:
+    return [plan.runtime.python, "-I", "-S", f"{ctx.bundle_dir}/{ENTRY_NAME}", "run", ctx.attempt_dir,
+            "--bundle-digest", ctx.bundle_digest, "--plan-digest", ctx.plan_digest]
+
+
+def render_script(plan: Plan, ctx: ScriptContext) -> str:
+    check_context(ctx)
+    lines = ["#!/bin/bash", f"# dd-slurm attempt {ctx.attempt_id}: generated, do not edit."]
+    for option, value in directives(plan, ctx):
+        lines.append(f"#SBATCH {option}" if value is None else f"#SBATCH {option}={sbatch_quote(value)}")
+    lines.append("exec " + " ".join(shlex.quote(word) for word in exec_argv(plan, ctx)))
+    return "\n".join(lines) + "\n"
+
+
+def check_context(ctx: ScriptContext) -> None:
+    for name in ("attempt_id", "attempt_dir", "bundle_dir", "bundle_digest", "plan_digest", "bin_dir"):
+        value = getattr(ctx, name)
+        if value is None:
+            continue
+        bad = control_char(value)
+        if bad or "," in value and name == "bin_dir":
+            raise RenderError(f"{name}: cannot be rendered safely ({bad or 'comma'})")
+    for name in ("attempt_dir", "bundle_dir"):
+        if not getattr(ctx, name).startswith("/"):
+            raise RenderError(f"{name}: must be an absolute path")

@@ -1,0 +1,231 @@
+"""A vLLM-like OpenAI-compatible server, standard library only.
+
+Lifecycle as vLLM's: while loading, the port is closed (connections refused; no 503 phase); once
+loaded, `GET /health` is 200 with an empty body, `GET /v1/models` lists the model, and
+`POST /v1/chat/completions` and `/v1/completions` answer deterministically. Multi-node: the leader
+serves only after every follower has joined its coordination port; followers open no HTTP port and
+exit when the leader goes away; the leader exits non-zero when a follower goes away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+RANK_FAILURE_EXIT = 17
+
+
+def log(message: str) -> None:
+    print(f"fake_model[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fake_model")
+    p.add_argument("--model", default="fake-model")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--role", choices=["single", "leader", "follower"], default="single")
+    p.add_argument("--num-nodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--leader", default="127.0.0.1", help="leader host (followers)")
+    p.add_argument("--coord-port", type=int, default=0)
+    p.add_argument("--join-timeout", type=float, default=120.0)
+    p.add_argument("--load-time", type=float, default=0.0, help="seconds before serving")
+    p.add_argument("--crash-after-s", type=float, default=None, help="exit --exit-code this long after serving")
+    p.add_argument("--crash-after-requests", type=int, default=None)
+    p.add_argument("--exit-code", type=int, default=1, help="exit code of a crash or a load failure")
+    p.add_argument("--fail-loading", action="store_true", help="exit --exit-code at the end of loading")
+    p.add_argument("--ignore-sigterm-s", type=float, default=0.0, help="after SIGTERM, keep running this long")
+    p.add_argument("--never-healthy", action="store_true", help="keep loading forever")
+    p.add_argument("--die-after-s", type=float, default=None, help="follower: exit --exit-code after this")
+    return p.parse_args(argv)
+
+
+def install_sigterm(ignore_s: float) -> None:
+    def on_term(_signo: int, _frame: object) -> None:
+        if ignore_s <= 0:
+            log("SIGTERM: exiting")
+            os._exit(0)
+        log(f"SIGTERM: ignoring for {ignore_s}s")
+        threading.Timer(ignore_s, lambda: os._exit(0)).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def exit_later(seconds: float, code: int, why: str) -> None:
+    def fire() -> None:
+        log(f"{why}: exiting {code}")
+        os._exit(code)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
+def completion_text(model: str, prompt: str) -> str:
+    digest = hashlib.sha256(f"{model}\n{prompt}".encode()).hexdigest()[:12]
+    return f"[{model}] reply {digest} to: {prompt[:60]}"
+
+
+def prompt_of(body: dict) -> str:
+    if "messages" in body:
+        parts = []
+        for message in body["messages"]:
+            content = message.get("content", "")
+            if isinstance(content, list):
+                content = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+            parts.append(str(content))
+        return "\n".join(parts)
+    prompt = body.get("prompt", "")
+    return prompt if isinstance(prompt, str) else json.dumps(prompt)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: "ModelServer"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        return
+
+    def reply(self, status: int, body: bytes = b"", content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path == "/health":
+            self.reply(200, b"", "text/plain")
+        elif self.path == "/v1/models":
+            model = {"id": self.server.model, "object": "model", "created": 0, "owned_by": "dd-slurm-fake",
+                     "root": self.server.model, "max_model_len": 4096}
+            self.reply(200, json.dumps({"object": "list", "data": [model]}).encode())
+        else:
+            self.reply(404, json.dumps({"detail": "Not Found"}).encode())
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self.reply(400, json.dumps({"error": {"message": "invalid JSON"}}).encode())
+            return
+        if self.path not in ("/v1/chat/completions", "/v1/completions"):
+            self.reply(404, json.dumps({"detail": "Not Found"}).encode())
+            return
+        self.server.count_request()
+        self.reply(200, json.dumps(self.server.answer(self.path, body)).encode())
+
+
+class ModelServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__((args.host, args.port), Handler)
+        self.model = args.model
+        self.args = args
+        self.requests = 0
+        self.lock = threading.Lock()
+
+    def count_request(self) -> None:
+        with self.lock:
+            self.requests += 1
+            limit = self.args.crash_after_requests
+            if limit is not None and self.requests >= limit:
+                exit_later(0.05, self.args.exit_code, f"crash after {self.requests} requests")
+
+    def answer(self, path: str, body: dict) -> dict:
+        text = completion_text(self.model, prompt_of(body))
+        usage = {"prompt_tokens": 1, "completion_tokens": len(text.split()), "total_tokens": 1 + len(text.split())}
+        if path == "/v1/completions":
+            choice = {"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}
+            return {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": self.model,
+                    "choices": [choice], "usage": usage}
+        message = {"role": "assistant", "content": text}
+        return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
+
+
+def gather_followers(args: argparse.Namespace) -> list[socket.socket]:
+    """Leader: accept num_nodes-1 JOINs on the coordination port; watch them afterwards."""
+    listener = socket.create_server((args.host, args.coord_port), reuse_port=False)
+    listener.settimeout(args.join_timeout)
+    joined = []
+    while len(joined) < args.num_nodes - 1:
+        try:
+            conn, peer = listener.accept()
+        except socket.timeout:
+            log(f"only {len(joined)} of {args.num_nodes - 1} followers joined")
+            sys.exit(RANK_FAILURE_EXIT)
+        hello = conn.recv(64).decode(errors="replace").strip()
+        log(f"follower joined from {peer[0]}: {hello}")
+        joined.append(conn)
+    listener.close()
+    for conn in joined:
+        threading.Thread(target=watch_peer, args=(conn, "follower"), daemon=True).start()
+    return joined
+
+
+def watch_peer(conn: socket.socket, who: str) -> None:
+    conn.settimeout(None)
+    try:
+        while conn.recv(64):
+            pass
+    except OSError:
+        pass
+    log(f"{who} went away")
+    os._exit(RANK_FAILURE_EXIT)
+
+
+def run_follower(args: argparse.Namespace) -> None:
+    deadline = time.monotonic() + args.join_timeout
+    while True:
+        try:
+            conn = socket.create_connection((args.leader, args.coord_port), timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                log("could not reach the leader")
+                sys.exit(RANK_FAILURE_EXIT)
+            time.sleep(0.2)
+    conn.sendall(f"JOIN rank={args.node_rank}\n".encode())
+    log(f"joined leader {args.leader}:{args.coord_port} as rank {args.node_rank}")
+    if args.die_after_s is not None:
+        exit_later(args.die_after_s, args.exit_code, "follower fault")
+    watch_peer(conn, "leader")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    install_sigterm(args.ignore_sigterm_s)
+    if args.role == "follower":
+        run_follower(args)
+        return
+    log(f"loading {args.model} ({args.load_time}s)")
+    if args.role == "leader" and args.num_nodes > 1:
+        gather_followers(args)
+    time.sleep(args.load_time)
+    while args.never_healthy:
+        time.sleep(3600)
+    if args.fail_loading:
+        log("load failed")
+        sys.exit(args.exit_code)
+    server = ModelServer(args)
+    log(f"serving {args.model} on {args.host}:{args.port}")
+    if args.crash_after_s is not None:
+        exit_later(args.crash_after_s, args.exit_code, "crash fault")
+    server.serve_forever(poll_interval=0.1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Fake sbatch/squeue/sacct/scancel/scontrol/srun for fast tests, reached through DD_SLURM_BIN_DIR.
+
+`install(bin_dir)` writes one executable per tool and a state file beside them. Jobs really run:
+fake sbatch starts the script as a local process (unless held) and squeue/sacct report what
+happened to it. Scriptable faults per tool: exit code, stderr, stdout (malformed output), hang.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from dd_slurm.testing.fake_slurm.state import FakeSlurm
+
+TOOLS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "srun")
+
+
+def install(bin_dir: Path, python: str = sys.executable) -> FakeSlurm:
+    bin_dir = Path(bin_dir)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    root = Path(__file__).resolve().parents[3]
+    for tool in TOOLS:
+        exe = bin_dir / tool
+        exe.write_text(
+            f"#!{python}\nimport sys\nsys.path.insert(0, {str(root)!r})\n"
+            f"from dd_slurm.testing.fake_slurm.tools import main\nsys.exit(main({tool!r}, sys.argv[1:]))\n"
+        )
+        exe.chmod(0o755)
+    fake = FakeSlurm(bin_dir)
+    fake.reset()
+    return fake

@@ -1,0 +1,22 @@
+"""Runs one fake batch job: the script under bash, output to its log, exit code to a file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def main() -> int:
+    rc_file, script, out = sys.argv[1:4]
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with open(out, "ab") as log:
+        rc = subprocess.call(["/bin/bash", script], stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
+    with open(rc_file, "w") as handle:
+        handle.write(str(rc if rc >= 0 else 128 - rc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

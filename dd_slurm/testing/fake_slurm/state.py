@@ -1,0 +1,54 @@
+"""The fake cluster's state file, locked for each read-modify-write."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+STATE_NAME = "fake-slurm-state.json"
+
+
+class FakeSlurm:
+    """Test-side handle: script faults, set job states, read the call log."""
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin_dir = Path(bin_dir)
+        self.path = self.bin_dir / STATE_NAME
+
+    def reset(self) -> None:
+        with self.edit() as state:
+            state.clear()
+            state.update({"next_id": 1000, "jobs": {}, "faults": {}, "calls": []})
+
+    @contextmanager
+    def edit(self) -> Iterator[dict[str, Any]]:
+        with open(self.bin_dir / ".lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = json.loads(self.path.read_text()) if self.path.exists() else {}
+            yield state
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, self.path)
+
+    def read(self) -> dict[str, Any]:
+        with self.edit() as state:
+            return json.loads(json.dumps(state))
+
+    def add_fault(self, tool: str, exit: int = 1, stderr: str = "", stdout: str = "", hang: float = 0.0,
+                  times: int = 1) -> None:
+        """The next `times` calls of `tool` answer like this instead of doing their work."""
+        with self.edit() as state:
+            faults = state["faults"].setdefault(tool, [])
+            faults += [{"exit": exit, "stderr": stderr, "stdout": stdout, "hang": hang}] * times
+
+    def set_job(self, job_id: str, **fields: Any) -> None:
+        """Override what squeue/sacct say of a job: state, reason, exit, in_squeue, in_sacct."""
+        with self.edit() as state:
+            state["jobs"][job_id].update(fields)
+
+    def calls(self, tool: str | None = None) -> list[list[str]]:
+        return [c["argv"] for c in self.read()["calls"] if tool is None or c["tool"] == tool]
