@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CLUSTER := fixtures/cluster/cluster.sh
 PYTEST_ARGS ?=
+# Real-cluster tests mostly wait on Slurm, so more workers than cores pays off.
+WORKERS ?= 4
 
 .PHONY: install test unit cluster-up cluster-down cluster-status demo bench diagram clean
 
@@ -25,11 +27,12 @@ test: install
 	    if [ "$${CI:-}" = "true" ]; then echo "!!! CI=true: failing instead of skipping them. !!!" >&2; exit 1; fi; \
 	    export DD_SLURM_TEST_CLUSTER=down; \
 	fi; \
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) -m "not cluster_fault" $(PYTEST_ARGS) && \
+	$(BIN)/python -m pytest -m cluster_fault $(PYTEST_ARGS)
 
 # Unit tests only (no cluster); fast feedback while editing.
 unit: install
-	DD_SLURM_TEST_CLUSTER=down $(BIN)/python -m pytest -m "not slurm" $(PYTEST_ARGS)
+	DD_SLURM_TEST_CLUSTER=down $(BIN)/python -m pytest -n 2 -m "not slurm" $(PYTEST_ARGS)
 
 cluster-up:
 	bash $(CLUSTER) up

@@ -34,3 +34,45 @@ def dd_slurm_exe() -> list[str]:
 @pytest.fixture
 def clean_env() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/")}
+
+
+def cluster_wanted() -> str:
+    """`up`: run the real-Slurm tests; `down`: skip them (fail instead when CI=true)."""
+    return os.environ.get("DD_SLURM_TEST_CLUSTER", "up")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    slurm_dir = ROOT / "tests" / "slurm"
+    for item in items:
+        if slurm_dir in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.slurm)
+    if cluster_wanted() == "up":
+        return
+    if os.environ.get("CI") == "true":
+        raise pytest.UsageError("CI=true but the Slurm cluster is down: the real-Slurm tests must run in CI")
+    skip = pytest.mark.skip(reason="DD_SLURM_TEST_CLUSTER=down: the local Slurm cluster is not running")
+    for item in items:
+        if "slurm" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def fake_slurm(tmp_path):
+    """Fake Slurm executables in a fresh bin dir, and the handle that scripts them."""
+    from dd_slurm.testing.fake_slurm import install
+
+    fake = install(tmp_path / "fake-bin")
+    yield fake
+    for job in fake.read()["jobs"].values():
+        if job.get("pid"):
+            try:
+                os.killpg(job["pid"], 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@pytest.fixture
+def fake_commands(fake_slurm, clock):
+    from dd_slurm.scheduler.commands import SlurmCommands
+
+    return SlurmCommands(clock, str(fake_slurm.bin_dir), {}, timeout_s=10, backoff_s=0.01)

@@ -117,4 +117,6 @@ def observe_one(key: str, live: Optional[Row], acct: Optional[Row], lag: LagCloc
 def from_row(key: str, row: Row, source: str) -> Observation:
     state, detail = normalize_state(row.raw_state)
     reason = row.reason if state != "cancelled" or not detail else f"cancelled {detail}"
-    return Observation(key, state, is_terminal(state), row.exit_code, row.signal, row.raw_state, source, reason)
+    terminal = is_terminal(state)
+    exit_code, signal = (row.exit_code, row.signal) if terminal else (None, None)
+    return Observation(key, state, terminal, exit_code, signal, row.raw_state, source, reason)

@@ -83,17 +83,31 @@ def parse_squeue(text: str) -> list[Row]:
 
 
 def parse_sacct(text: str) -> list[Row]:
-    rows = []
+    """Allocation rows; a job's signal comes from its `.batch` step when the job row has none
+    (a cancelled job reads `CANCELLED by 0|0:0`, its batch step `CANCELLED|0:15`)."""
+    rows, batch_signal = [], {}
     for number, (job_id, state, exit_code, reason, name) in _rows(text, "sacct", 5):
-        parsed = parse_job_token(job_id.strip(), "sacct", number)
-        if parsed is None:
-            continue
+        token = job_id.strip()
+        parsed = parse_job_token(token, "sacct", number)
         if not state.strip():
             raise OutputError(f"sacct line {number}: empty state")
         code, sig = parse_exit_code(exit_code, number)
+        if parsed is None:
+            if token.endswith(".batch") and sig:
+                batch_signal[token[: -len(".batch")]] = sig
+            continue
         rows.append(Row(*parsed, raw_state=state.strip(), reason=_reason(reason), name=name,
                         exit_code=code, signal=sig))
+    if batch_signal:
+        rows = [_with_batch_signal(row, batch_signal) for row in rows]
     return rows
+
+
+def _with_batch_signal(row: Row, batch_signal: dict[str, int]) -> Row:
+    key = f"{row.job}_{row.task}" if row.task else row.job
+    if row.signal or key not in batch_signal:
+        return row
+    return attrs.evolve(row, signal=batch_signal[key])
 
 
 def parse_exit_code(text: str, number: int = 0) -> tuple[Optional[int], Optional[int]]:
@@ -111,11 +125,11 @@ def expand_tasks(spec: str) -> list[int]:
     body = spec.strip("[]").split("%", 1)[0]
     tasks: list[int] = []
     for part in body.split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
+        span, _, step = part.partition(":")
+        low, _, high = span.partition("-")
+        if not low.isdigit() or not (high.isdigit() or not high) or not (step.isdigit() or not step) or step == "0":
             raise OutputError(f"unrecognised array range {spec!r}")
-        step_high, _, step = high.partition(":")
-        tasks.extend(range(int(low), int(step_high or low) + 1, int(step or 1)))
+        tasks.extend(range(int(low), int(high or low) + 1, int(step or 1)))
     return tasks
 
 

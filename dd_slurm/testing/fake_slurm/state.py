@@ -39,11 +39,13 @@ class FakeSlurm:
             return json.loads(json.dumps(state))
 
     def add_fault(self, tool: str, exit: int = 1, stderr: str = "", stdout: str = "", hang: float = 0.0,
-                  times: int = 1) -> None:
-        """The next `times` calls of `tool` answer like this instead of doing their work."""
+                  times: int = 1, after_work: bool = False) -> None:
+        """The next `times` calls of `tool` answer like this instead of doing their work (or, with
+        `after_work`, after doing it: a submission that happened but whose answer was lost)."""
         with self.edit() as state:
             faults = state["faults"].setdefault(tool, [])
-            faults += [{"exit": exit, "stderr": stderr, "stdout": stdout, "hang": hang}] * times
+            fault = {"exit": exit, "stderr": stderr, "stdout": stdout, "hang": hang, "after_work": after_work}
+            faults += [fault] * times
 
     def set_job(self, job_id: str, **fields: Any) -> None:
         """Override what squeue/sacct say of a job: state, reason, exit, in_squeue, in_sacct."""

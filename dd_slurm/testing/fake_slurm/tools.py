@@ -30,13 +30,21 @@ def main(tool: str, argv: list[str]) -> int:
         state["calls"].append({"tool": tool, "argv": argv})
         queue = state["faults"].get(tool) or []
         fault = queue.pop(0) if queue else None
-    if fault:
-        time.sleep(fault["hang"])
-        sys.stdout.write(fault["stdout"])
-        sys.stderr.write(fault["stderr"])
-        return fault["exit"]
-    return {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scancel": scancel, "scontrol": scontrol,
-            "srun": srun}[tool](fake, argv)
+    work = {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scancel": scancel, "scontrol": scontrol,
+            "srun": srun}[tool]
+    if not fault:
+        return work(fake, argv)
+    if fault.get("after_work"):
+        with open(os.devnull, "w") as sink:
+            sys.stdout, real = sink, sys.stdout
+            try:
+                work(fake, argv)
+            finally:
+                sys.stdout = real
+    time.sleep(fault["hang"])
+    sys.stdout.write(fault["stdout"])
+    sys.stderr.write(fault["stderr"])
+    return fault["exit"]
 
 
 def sbatch(fake: FakeSlurm, argv: list[str]) -> int:
@@ -84,7 +92,7 @@ def derive(fake: FakeSlurm, job: dict[str, Any]) -> tuple[str, str, str]:
     if job["state"]:
         return job["state"], job["reason"] or "None", job["exit"] or "0:0"
     if job["cancelled_by"] is not None:
-        return f"CANCELLED by {job['cancelled_by']}", "None", "0:15" if job["pid"] else "0:0"
+        return f"CANCELLED by {job['cancelled_by']}", "None", "0:0"
     if job["held"]:
         return "PENDING", "JobHeldUser", "0:0"
     if job["array"]:
@@ -144,12 +152,14 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
         job = jobs.get(job_id)
         if not job or not job["in_sacct"]:
             continue
-        state, reason, exit_code = derive(fake, job)
-        print("|".join([_display_id(job), state, exit_code, "None" if reason != "JobHeldUser" else reason, job["name"]]))
+        state, _reason, exit_code = derive(fake, job)
+        if state == "PENDING" and not job["state"]:
+            continue  # real sacct has no record of a job that never started (fixtures/slurm/sacct-pending)
+        print("|".join([_display_id(job), state, exit_code, "None", job["name"]]))
         if job["pid"]:
-            step_state = "FAILED" if state.startswith("CANCELLED") else state
-            step_exit = "15:0" if state.startswith("CANCELLED") else exit_code
-            print("|".join([f"{job['id']}.batch", step_state, step_exit, "", "batch"]))
+            cancelled = state.startswith("CANCELLED")
+            step = ("CANCELLED", "0:15") if cancelled else (state, exit_code)
+            print("|".join([f"{job['id']}.batch", *step, "", "batch"]))
     return 0
 
 

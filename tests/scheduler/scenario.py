@@ -1,0 +1,65 @@
+"""One scenario run against any Slurm (fake or real) through dd-slurm's own client, giving the
+normalized observations with job ids removed, so the two can be compared."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from dd_slurm.clock import Clock
+from dd_slurm.scheduler.commands import SlurmCommands
+from dd_slurm.scheduler.observe import LagClock, index_rows, observe
+
+CASES = {
+    "held": ("sleep 1", ['--hold']),
+    "completed": ("exit 0", []),
+    "failed": ("exit 3", []),
+    "cancelled": ("sleep 300", []),
+    "held-array": ("sleep 1", ['--hold', '--array="1-4%2"']),
+}
+SETTLED = {"held": "pending", "completed": "completed", "failed": "failed", "cancelled": "running",
+           "held-array": "pending"}
+
+
+def submit_all(commands: SlurmCommands, directory: Path, prefix: str) -> dict[str, str]:
+    ids = {}
+    for case, (body, extra) in CASES.items():
+        script = directory / f"{case}.sh"
+        lines = ["#!/bin/bash", f'#SBATCH --job-name="{prefix}{case}"', f'#SBATCH --output="{directory}/{case}.out"',
+                 *(f"#SBATCH {d}" for d in extra), body]
+        script.write_text("\n".join(lines) + "\n")
+        ids[case] = commands.submit(script, prefix + case)
+    return ids
+
+
+def observed(commands: SlurmCommands, ids: dict[str, str]) -> dict[str, list[tuple]]:
+    result = commands.query(list(ids.values()))
+    sacct = index_rows(result.sacct) if result.sacct is not None else None
+    out = {}
+    for case, job in ids.items():
+        found = observe([job], index_rows(result.squeue), sacct, LagClock(Clock().wall(), 300))
+        out[case] = [(o.job_id.replace(job, "J"), o.state, o.terminal, o.exit_code, o.signal, o.reason) for o in found]
+    return out
+
+
+def run_scenario(commands: SlurmCommands, directory: Path, prefix: str, seconds: float = 60) -> dict[str, list[tuple]]:
+    ids = submit_all(commands, directory, prefix)
+    wait_for(commands, ids, SETTLED, seconds)
+    commands.cancel(ids["cancelled"])
+    settled = dict(SETTLED, cancelled="cancelled")
+    return wait_for(commands, ids, settled, seconds, need_sacct=("completed", "failed", "cancelled"))
+
+
+def wait_for(commands, ids, states, seconds, need_sacct=()) -> dict[str, list[tuple]]:
+    deadline = time.monotonic() + seconds
+    while True:
+        now = observed(commands, ids)
+        done = all(all(o[1] == states[c] for o in obs) for c, obs in now.items())
+        exit_known = all(now[c][0][3] is not None for c in need_sacct)
+        if "cancelled" in need_sacct:  # real Slurm records the batch step (signal 15) after the job row
+            exit_known = exit_known and now["cancelled"][0][4] == 15
+        if done and exit_known:
+            return now
+        if time.monotonic() > deadline:
+            raise AssertionError(f"scenario did not settle: {now}")
+        time.sleep(0.5)
