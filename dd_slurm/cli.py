@@ -154,9 +154,11 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
 @json_option
 def submit(plan: str, workspace: str, as_json: bool) -> None:
     """Stage and submit PLAN; returns as soon as Slurm accepts the job."""
+    import os
+
     from dd_slurm.control import submit as do_submit
 
-    out = do_submit(plan, workspace, _commands(), _clock())
+    out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
     emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
 
 
@@ -211,6 +213,61 @@ def cancel(attempt_dir: str, as_json: bool) -> None:
 
     out = do_cancel(checked_dir(attempt_dir), _commands(), _clock())
     emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}")
+
+
+def _digests(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None) -> tuple[str, str]:
+    from dd_slurm.store.attempt_record import read_record
+
+    if bundle_digest and plan_digest:
+        return bundle_digest, plan_digest
+    record = read_record(attempt_dir)
+    return bundle_digest or record["bundle_digest"], plan_digest or record["plan_digest"]
+
+
+digest_options = [
+    click.option("--bundle-digest", help="Expected bundle digest (the entrypoint passes it)."),
+    click.option("--plan-digest", help="Expected plan digest (the entrypoint passes it)."),
+]
+
+
+def _with_digests(func):
+    for option in reversed(digest_options):
+        func = option(func)
+    return func
+
+
+@cli.command()
+@click.argument("attempt_dir", type=click.Path())
+@_with_digests
+@json_option
+def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as_json: bool) -> None:
+    """Inside the allocation: drive the attempt to `done` (exit 4 unless it succeeded)."""
+    from dd_slurm.errors import EXIT_ATTEMPT_FAILED
+    from dd_slurm.runtime.run import run_attempt
+    from dd_slurm.store.view import attempt_dir as checked_dir, attempt_summary
+
+    directory = checked_dir(attempt_dir)
+    attempt = run_attempt(directory, *_digests(attempt_dir, bundle_digest, plan_digest))
+    from dd_slurm.report import attempt_line
+
+    emit(attempt_summary(directory), as_json, attempt_line)
+    sys.exit(0 if attempt.outcome == "succeeded" else EXIT_ATTEMPT_FAILED)
+
+
+@cli.command()
+@click.argument("attempt_dir", type=click.Path())
+@click.option("--until", "until", type=click.Choice(
+    ["verified", "preflight", "deploying", "ready", "client", "finalize", "cleanup", "done"]),
+    help="Stop on reaching this state (default: run to done).")
+@_with_digests
+def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan_digest: str | None) -> None:
+    """Run the next transition(s) only, in this process."""
+    from dd_slurm.runtime.run import run_attempt
+    from dd_slurm.store.view import attempt_dir as checked_dir
+
+    directory = checked_dir(attempt_dir)
+    attempt = run_attempt(directory, *_digests(attempt_dir, bundle_digest, plan_digest), until=until)
+    click.echo(attempt.state)
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput
@@ -16,13 +16,19 @@ from dd_slurm.store.view import READINESS_NAME, attempt_summary, read_json
 JOB_ID = re.compile(r"\d+(?:_\d+)?\Z")
 
 
-def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
+def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock,
+           environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import stage
     from dd_slurm.plan import load_plan
+    from dd_slurm.scheduler.render import forwarded_names
 
-    staged = stage(load_plan(plan_path), workspace, clock, commands.bin_dir)
+    plan = load_plan(plan_path)
+    missing = [name for name in forwarded_names(plan) if name not in environ]
+    if missing:
+        raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
+    staged = stage(plan, workspace, clock, commands.bin_dir)
     try:
-        job_id = commands.submit(staged.script, staged.job_name)
+        job_id = commands.submit(staged.script, staged.job_name, {n: environ[n] for n in forwarded_names(plan)})
     except Exception as err:
         with update_record(staged.attempt_dir) as record:
             record["submit_error"] = str(err)

@@ -20,6 +20,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+if len(sys.argv) > 1 and sys.argv[1].startswith("_"):  # on-node commands: standard library only
+    from dd_slurm.runtime.stepexec import main as node_main
+
+    sys.exit(node_main(sys.argv[1:]))
 from dd_slurm.cli import main  # noqa: E402
 
 main()

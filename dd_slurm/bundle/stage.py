@@ -22,6 +22,7 @@ from dd_slurm.store.attempt_record import RECORD_NAME, new_record
 from dd_slurm.store.view import PLAN_NAME
 
 SCRIPT_NAME = "job.sbatch"
+BUNDLE_LINK = "bundle"  # {attempt_dir}/bundle -> ../../bundles/<digest>, for plans that run bundle files
 RESULTS_DIR = "results"
 
 
@@ -115,6 +116,7 @@ def stage(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional[str
 def _write_attempt(directory: Path, plan: Plan, ctx: ScriptContext, clock: Clock) -> None:
     for sub in (LOG_DIR, RESULTS_DIR):
         (directory / sub).mkdir(mode=0o700)
+    os.symlink(os.path.relpath(ctx.bundle_dir, directory.parent / ctx.attempt_id), directory / BUNDLE_LINK)
     write_atomic(directory / PLAN_NAME, canonical_json(plan), mode=0o400)
     write_atomic(directory / SCRIPT_NAME, render_script(plan, ctx).encode(), mode=0o500)
     write_atomic(directory / RECORD_NAME, new_record(

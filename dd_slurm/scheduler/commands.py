@@ -29,6 +29,7 @@ _TRANSIENT = re.compile(
     re.IGNORECASE,
 )
 _INVALID_ID = "Invalid job id specified"
+_ALREADY_GONE = re.compile(r"already completing or completed|Invalid job id specified|Job/step already")
 
 
 @attrs.frozen
@@ -93,10 +94,11 @@ class SlurmCommands:
                 return str(candidate)
         raise ToolMissing(f"{tool}: not found on PATH (set DD_SLURM_BIN_DIR)")
 
-    def run_once(self, tool: str, args: list[str]) -> ToolResult:
+    def run_once(self, tool: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> ToolResult:
         argv = (self.executable(tool), *args)
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=self.timeout_s,
+            done = subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(extra_env or {})},
+                                  timeout=self.timeout_s,
                                   stdin=subprocess.DEVNULL, errors="replace")
         except FileNotFoundError:
             raise ToolMissing(f"{tool}: {argv[0]} does not exist (check DD_SLURM_BIN_DIR)") from None
@@ -106,11 +108,12 @@ class SlurmCommands:
             raise ToolTimeout(f"{tool}: no answer within {self.timeout_s:g}s") from None
         return ToolResult(argv, done.returncode, done.stdout, done.stderr)
 
-    def run(self, tool: str, args: list[str], ok_if: Optional[str] = None) -> ToolResult:
+    def run(self, tool: str, args: list[str], ok_if: Optional[str] = None,
+            extra_env: Mapping[str, str] | None = None) -> ToolResult:
         """Run with bounded retries of transient failures; non-zero exit raises ToolFailed."""
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
-            result = self.run_once(tool, args)
+            result = self.run_once(tool, args, extra_env)
             if result.returncode == 0 or (ok_if and ok_if in result.stderr):
                 return result
             message = f"{tool} exited {result.returncode}: {_one_line(result.stderr) or '(no stderr)'}"
@@ -122,10 +125,11 @@ class SlurmCommands:
             delay *= 2
         raise AssertionError("unreachable")
 
-    def submit(self, script: Path, job_name: str) -> str:
-        """sbatch --parsable. When the outcome is ambiguous, look the unique name up before deciding."""
+    def submit(self, script: Path, job_name: str, forward: Mapping[str, str] | None = None) -> str:
+        """sbatch --parsable (with the plan's forwarded variables, nothing else of ours). When the
+        outcome is ambiguous, look the unique name up before deciding."""
         try:
-            return parse.parse_sbatch(self.run("sbatch", ["--parsable", str(script)]).stdout)
+            return parse.parse_sbatch(self.run("sbatch", ["--parsable", str(script)], extra_env=forward).stdout)
         except (ToolTimeout, Transient) as err:
             found = self.find_by_name(job_name)
             if len(found) == 1:
@@ -160,8 +164,11 @@ class SlurmCommands:
         return "" if result.returncode != 0 else result.stdout
 
     def cancel(self, job_id: str, signal: Optional[str] = None, batch_only: bool = False) -> None:
+        """scancel; a job or step that already ended is not an error."""
         args = [f"--signal={signal}"] if signal else []
-        self.run("scancel", args + (["--batch"] if batch_only else []) + [job_id])
+        result = self.run_once("scancel", args + (["--batch"] if batch_only else []) + [job_id])
+        if result.returncode != 0 and not _ALREADY_GONE.search(result.stderr):
+            self.run("scancel", args + (["--batch"] if batch_only else []) + [job_id])
 
     def test_only(self, script: Path) -> ToolResult:
         return self.run("sbatch", ["--test-only", str(script)])

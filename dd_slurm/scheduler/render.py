@@ -58,16 +58,26 @@ def directives(plan: Plan, ctx: ScriptContext) -> list[tuple[str, Optional[str]]
     if job.pre_timeout_signal_s > 0:
         pairs.append(("--signal", f"B:USR1@{job.pre_timeout_signal_s}"))
     log = f"{ctx.attempt_dir.replace('%', '%%')}/{LOG_DIR}/batch-%j.out"  # %% is Slurm's literal %
-    pairs += [("--output", log), ("--error", log), ("--export", export_list(ctx)), ("--no-requeue", None)]
+    pairs += [("--output", log), ("--error", log), ("--export", export_list(ctx, forwarded_names(plan))),
+              ("--no-requeue", None)]
     return pairs
 
 
-def export_list(ctx: ScriptContext) -> str:
-    """The batch script's environment: only these names (plus Slurm's own SLURM_*)."""
-    names = [f"DD_SLURM_ATTEMPT_ID={ctx.attempt_id}", "LC_ALL=C.UTF-8"]
+def forwarded_names(plan: Plan) -> list[str]:
+    """Variables the plan forwards from the submitting environment into steps."""
+    names = set(plan.client.env.forward)
+    for dep in plan.deployments:
+        names.update(dep.env.forward)
+    return sorted(names)
+
+
+def export_list(ctx: ScriptContext, forward: list[str]) -> str:
+    """The batch script's environment: only these (plus Slurm's own SLURM_*). Forwarded names
+    carry no value here: sbatch takes it from the environment dd-slurm submits with."""
+    names = [f"DD_SLURM_ATTEMPT_ID={ctx.attempt_id}", "DD_SLURM_ROLE=supervisor", "LC_ALL=C.UTF-8"]
     if ctx.bin_dir:
         names.append(f"DD_SLURM_BIN_DIR={ctx.bin_dir}")
-    return ",".join(names)
+    return ",".join(names + forward)
 
 
 def exec_argv(plan: Plan, ctx: ScriptContext) -> list[str]:

@@ -1,0 +1,64 @@
+"""The one step runner: writes each step's spec, starts it through srun via the process table,
+and runs short node commands (probe, leftover scan) on several nodes in one step."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Mapping, Optional
+
+from dd_slurm.clock import Clock
+from dd_slurm.runtime.processes import ProcessTable, Tracked
+from dd_slurm.runtime.steps import StepSpec, node_command_argv, srun_argv
+from dd_slurm.store.atomic import write_json_atomic
+
+
+class StepRunner:
+    def __init__(self, table: ProcessTable, clock: Clock, attempt_dir: Path, srun: str, job_id: str,
+                 python: str, entry: str, srun_env: Mapping[str, str]) -> None:
+        self.table, self.clock, self.dir = table, clock, Path(attempt_dir)
+        self.srun, self.job_id, self.python, self.entry = srun, job_id, python, entry
+        self.srun_env = dict(srun_env)
+        (self.dir / "steps").mkdir(exist_ok=True)
+        self.logs = self.dir / "logs"
+
+    def start(self, spec: StepSpec) -> Tracked:
+        spec_path = self.dir / "steps" / f"{spec.name}.json"
+        write_json_atomic(spec_path, spec.to_json())
+        argv = srun_argv(spec, self.srun, self.job_id, self.python, self.entry, str(spec_path))
+        return self.table.spawn(spec.name, argv, {**self.srun_env, "DD_SLURM_ROLE": spec.name},
+                                self.logs / f"{spec.name}.log", str(spec_path.with_suffix(".started.json")))
+
+    def started(self, name: str) -> Optional[dict]:
+        """What the on-node launcher recorded (node, pid, step id), or None if it never ran."""
+        path = self.dir / "steps" / f"{name}.started.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def on_nodes(self, nodes: tuple[str, ...], command: list[str], name: str, timeout_s: float,
+                 role: str = "scan", gres_gpus: int = 0) -> tuple[dict[str, dict], Optional[str]]:
+        """Run `entry.py COMMAND` once on each node; per-node JSON answers, and a problem if any."""
+        argv = node_command_argv(self.srun, self.job_id, nodes, self.python, self.entry, command, name, gres_gpus)
+        log = self.logs / f"{name}.log"
+        log.unlink(missing_ok=True)
+        self.table.spawn(name, argv, {**self.srun_env, "DD_SLURM_ROLE": role}, log)
+        code = self.table.wait(name, self.clock.monotonic() + timeout_s)
+        if code is None:
+            self.table.signal_group(name, signal.SIGKILL)
+            self.table.wait(name, self.clock.monotonic() + 5)
+        answers = {}
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    answer = json.loads(line)
+                    answers[answer["node"]] = answer
+                except (ValueError, KeyError):
+                    continue
+        problem = None
+        if code != 0:
+            tail = " / ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+            problem = f"{name}: {'timed out' if code is None else f'exit {code}'}: {tail[:300]}"
+        return answers, problem

@@ -1,0 +1,33 @@
+"""`dd-slurm run` / `advance`: one supervisor process driving one attempt's machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Optional
+
+from dd_slurm.clock import Clock
+from dd_slurm.machine import table as T
+from dd_slurm.machine.attempt import Attempt
+from dd_slurm.machine.journal import Journal
+from dd_slurm.runtime.actions import RuntimeActions
+from dd_slurm.runtime.session import Session
+from dd_slurm.runtime.signals import SignalGate
+from dd_slurm.scheduler.commands import SlurmCommands
+
+# States whose processes belonged to a supervisor that is gone: they cannot be adopted.
+UNSUPERVISED = ("preflight", "deploying", "ready", "client", "finalize")
+
+
+def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
+                environ: Mapping[str, str] = os.environ) -> Attempt:
+    clock = Clock()
+    gate = SignalGate().install()
+    commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
+    session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
+    attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
+    if attempt.state in UNSUPERVISED:
+        attempt.fire(T.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
+                     detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")
+    attempt.advance(until)
+    return attempt

@@ -1,0 +1,44 @@
+"""Signal coordination. Handlers only record; the driver decides at its next check, so a signal
+can never interrupt a spawn between the fork and the registration of the child."""
+
+from __future__ import annotations
+
+import signal
+from typing import Optional
+
+from dd_slurm.errors import AttemptFailure
+
+OUTCOMES = {
+    signal.SIGTERM: ("cancelled", "sigterm"),  # scancel
+    signal.SIGINT: ("cancelled", "sigint"),
+    signal.SIGUSR1: ("timed_out", "pre_timeout_signal"),  # --signal=B:USR1@N before the time limit
+    signal.SIGHUP: ("failed", "sighup"),
+}
+
+
+class SignalGate:
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> "SignalGate":
+        for signo in OUTCOMES:
+            self._previous[signo] = signal.signal(signo, self._record)
+        return self
+
+    def uninstall(self) -> None:
+        for signo, handler in self._previous.items():
+            signal.signal(signo, handler)  # type: ignore[arg-type]
+
+    def _record(self, signo: int, _frame: object) -> None:
+        self.received.append(signo)
+
+    def first(self) -> Optional[int]:
+        return self.received[0] if self.received else None
+
+    def check(self) -> None:
+        """Raise the failure the first signal means; a no-op when none arrived."""
+        signo = self.first()
+        if signo is not None:
+            outcome, reason = OUTCOMES[signo]
+            raise AttemptFailure(reason, f"received {signal.Signals(signo).name}", outcome=outcome)

@@ -1,0 +1,140 @@
+"""What runs on a compute node inside a step: the program launcher, the pre-launch probe, and the
+leftover scan. Standard library only; each prints or writes JSON and never raises a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_NOT_FOUND = 127
+EXIT_GPU_SHAPE = 86
+SKIP_ROLES = {"supervisor", "scan"}
+
+
+def start_time(pid: int | str) -> int | None:
+    """Clock ticks since boot at which `pid` started (field 22 of /proc/PID/stat); None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as handle:
+        json.dump(value, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def step_environment(spec: dict, slurm_env: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """The spec's environment plus this step's own SLURM_* variables and its GPU slots."""
+    env = dict(spec["env"])
+    env.update({k: v for k, v in slurm_env.items() if k.startswith(("SLURM_", "SLURMD_"))})
+    visible = [d for d in slurm_env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    slots = spec.get("gpu_slots") or []
+    if slots and max(slots) >= len(visible):
+        return env, f"needs GPU slots {slots} but the step sees CUDA_VISIBLE_DEVICES={visible}"
+    if slots:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[s] for s in slots)
+    return env, None
+
+
+def run_step(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    env, gpu_problem = step_environment(spec, dict(os.environ))
+    record = {"name": spec["name"], "node": node_name(), "pid": os.getpid(), "start_time": start_time(os.getpid()),
+              "job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID"),
+              "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
+    program = shutil.which(spec["argv"][0], path=env.get("PATH")) if spec["argv"] else None
+    record["error"] = gpu_problem or (None if program else f"executable {spec['argv'][:1]} not found on {record['node']}")
+    _write_json(Path(spec_path).with_suffix(".started.json"), record)
+    if record["error"]:
+        print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)
+        return EXIT_GPU_SHAPE if gpu_problem else EXIT_NOT_FOUND
+    os.execve(program, spec["argv"], env)
+    return EXIT_NOT_FOUND  # not reached
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def probe(request_path: str) -> int:
+    """Checks for this node from the request: ports free, executables present, GPUs visible."""
+    request = json.loads(Path(request_path).read_text())
+    node = node_name()
+    mine = request["nodes"].get(node, {})
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    result = {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p)],
+              "missing_executables": [e for e in mine.get("executables", [])
+                                      if not shutil.which(e, path=request.get("path"))],
+              "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0, "slurm_gpus": os.environ.get("SLURM_GPUS_ON_NODE")}
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def leftovers(attempt_id: str) -> list[dict]:
+    """Processes on this node whose environment carries this attempt's id (not scans, not the
+    supervisor, not this process)."""
+    wanted = f"DD_SLURM_ATTEMPT_ID={attempt_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if wanted not in environ:
+            continue
+        role = next((v[len(b"DD_SLURM_ROLE="):].decode() for v in environ if v.startswith(b"DD_SLURM_ROLE=")), "")
+        if role in SKIP_ROLES or not cmdline:
+            continue
+        found.append({"pid": int(entry.name), "start_time": start_time(entry.name), "role": role, "cmdline": cmdline[:200]})
+    return found
+
+
+def scan(attempt_id: str, kill: bool) -> int:
+    found = leftovers(attempt_id)
+    killed = []
+    if kill:
+        for proc in found:
+            if start_time(proc["pid"]) == proc["start_time"]:  # the same process, not a reused pid
+                try:
+                    os.kill(proc["pid"], signal.SIGKILL)
+                    killed.append(proc["pid"])
+                except OSError:
+                    pass
+    print(json.dumps({"node": node_name(), "found": found, "killed": killed}), flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    command, rest = argv[0], argv[1:]
+    if command == "_step":
+        return run_step(rest[0])
+    if command == "_probe":
+        return probe(rest[0])
+    if command == "_scan":
+        return scan(rest[0], "--kill" in rest)
+    print(f"unknown node command {command}", file=sys.stderr)
+    return 2

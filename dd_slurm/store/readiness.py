@@ -1,0 +1,103 @@
+"""The attempt-readiness record: one schema, one writer, monotonic transitions, atomic writes.
+
+{"schema": 1, "attempt_id": str, "endpoints": "unpublished" | "published" | "withdrawn",
+ "deployments": {name: {"state": S, "expected": int, "ready": [base_url], "nodes": [node],
+                        "base_url": str, "deadline": wall seconds | null, "last_probe": {...} | null,
+                        "detail": str | null}}}
+S moves pending -> starting -> ready -> stopped, or to failed from any live state; failed and
+stopped are final. `endpoints` moves unpublished -> published -> withdrawn (or straight to withdrawn).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from dd_slurm.errors import DdSlurmError
+from dd_slurm.store.atomic import write_json_atomic
+
+READINESS_NAME = "readiness.json"
+SCHEMA = 1
+MOVES = {
+    "pending": {"starting", "failed", "stopped"},
+    "starting": {"ready", "failed", "stopped"},
+    "ready": {"failed", "stopped"},
+    "failed": set(),
+    "stopped": set(),
+}
+ENDPOINT_MOVES = {"unpublished": {"published", "withdrawn"}, "published": {"withdrawn"}, "withdrawn": set()}
+FINAL = {"failed", "stopped"}
+
+
+class ReadinessError(DdSlurmError):
+    """A transition the readiness schema does not allow (a bug in the caller)."""
+
+
+class Readiness:
+    def __init__(self, attempt_dir: Path, attempt_id: str, deployments: dict[str, dict[str, Any]]) -> None:
+        self.path = Path(attempt_dir) / READINESS_NAME
+        self.record: dict[str, Any] = {
+            "schema": SCHEMA, "attempt_id": attempt_id, "endpoints": "unpublished",
+            "deployments": {name: {"state": "pending", "expected": 1, "ready": [], "deadline": None,
+                                   "last_probe": None, "detail": None, **info}
+                            for name, info in deployments.items()},
+        }
+        self._write()
+
+    def move(self, name: str, state: str, detail: Optional[str] = None, **fields: Any) -> None:
+        dep = self.record["deployments"][name]
+        if state != dep["state"]:
+            if state not in MOVES[dep["state"]]:
+                raise ReadinessError(f"readiness: {name} cannot go from {dep['state']} to {state}")
+            dep["state"] = state
+        if detail is not None:
+            dep["detail"] = detail
+        dep.update(fields)
+        self._write()
+
+    def note_probe(self, name: str, probe: dict[str, Any]) -> None:
+        """Probe evidence is recorded without a state change (written only when it differs)."""
+        dep = self.record["deployments"][name]
+        if dep["last_probe"] is None or {k: v for k, v in dep["last_probe"].items() if k != "time"} != \
+                {k: v for k, v in probe.items() if k != "time"}:
+            dep["last_probe"] = probe
+            self._write()
+
+    def endpoints(self, state: str) -> None:
+        current = self.record["endpoints"]
+        if state != current:
+            if state not in ENDPOINT_MOVES[current]:
+                raise ReadinessError(f"readiness: endpoints cannot go from {current} to {state}")
+            self.record["endpoints"] = state
+            self._write()
+
+    def finish(self) -> None:
+        """Cleanup's last word: every deployment final, endpoints withdrawn."""
+        for name, dep in self.record["deployments"].items():
+            if dep["state"] not in FINAL:
+                self.move(name, "stopped")
+        self.endpoints("withdrawn")
+
+    def state(self, name: str) -> str:
+        return self.record["deployments"][name]["state"]
+
+    def _write(self) -> None:
+        write_json_atomic(self.path, self.record)
+
+
+def validate_record(record: dict[str, Any]) -> list[str]:
+    """Problems with a readiness record read from disk (empty when valid)."""
+    problems = []
+    if record.get("schema") != SCHEMA:
+        problems.append(f"schema {record.get('schema')!r} is not {SCHEMA}")
+    if record.get("endpoints") not in ENDPOINT_MOVES:
+        problems.append(f"endpoints state {record.get('endpoints')!r} is unknown")
+    for name, dep in (record.get("deployments") or {}).items():
+        if dep.get("state") not in MOVES:
+            problems.append(f"{name}: state {dep.get('state')!r} is unknown")
+    return problems
+
+
+def is_terminal(record: dict[str, Any]) -> bool:
+    return record.get("endpoints") == "withdrawn" and all(
+        d.get("state") in FINAL for d in (record.get("deployments") or {}).values())
