@@ -25,9 +25,12 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
     gate = SignalGate().install()
     commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
     session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
-    attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
-    if attempt.state in UNSUPERVISED:
-        attempt.fire(T.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
-                     detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")
-    attempt.advance(until)
-    return attempt
+    try:
+        attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
+        if attempt.state in UNSUPERVISED:
+            attempt.fire(T.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
+                         detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")
+        attempt.advance(until)
+        return attempt
+    finally:
+        gate.uninstall()

@@ -171,6 +171,13 @@ def scancel(fake: FakeSlurm, argv: list[str]) -> int:
     args = p.parse_args(argv)
     status = 0
     for job_id in args.job_ids:
+        if "." in job_id:
+            from dd_slurm.testing.fake_slurm.fake_srun import signal_step
+
+            if not signal_step(fake, job_id, getattr(signal, f"SIG{args.signal or 'KILL'}")):
+                print(f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified", file=sys.stderr)
+                status = 1
+            continue
         with fake.edit() as state:
             job = state["jobs"].get(job_id.split("_")[0])
             if job is None:

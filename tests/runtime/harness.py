@@ -1,0 +1,87 @@
+"""Run real attempts on fake Slurm: stage a fixture plan with free ports, give the supervisor a
+fake allocation, and look at what it left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Callable, Optional
+
+from dd_slurm.bundle.stage import stage
+from dd_slurm.clock import Clock
+from dd_slurm.plan import parse_plan
+from dd_slurm.runtime.run import run_attempt
+from dd_slurm.runtime.stepexec import leftovers
+from tests.conftest import PLANS
+
+NODES = ("127.0.2.1", "127.0.2.2", "127.0.2.3")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def plan_data(name: str = "single-node", **changes) -> dict:
+    data = json.loads((PLANS / f"{name}.json").read_text())
+    ports = {}
+    for dep in data["deployments"]:
+        old = dep["port"]
+        dep["port"] = ports[old] = free_port()
+        for key in ("argv", "follower_argv"):
+            if dep.get(key):
+                coord = free_port()
+                dep[key] = [str(ports.get(int(a), a)) if a.isdigit() and int(a) in ports else a for a in dep[key]]
+                if "--coord-port" in dep[key]:
+                    dep[key][dep[key].index("--coord-port") + 1] = ports.setdefault(f"coord-{old}", str(coord))
+    data["runtime"]["cleanup_grace_s"] = 2
+    return data
+
+
+def stage_plan(tmp_path: Path, data: dict):
+    return stage(parse_plan(json.dumps(data)), tmp_path / "ws", Clock())
+
+
+def allocation_env(bin_dir: Path, nodes: tuple[str, ...], gpus: int, **extra: str) -> dict[str, str]:
+    nodelist = ",".join(nodes)
+    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_NUM_NODES": str(len(nodes)),
+           "SLURMD_NODENAME": nodes[0], "DD_SLURM_BIN_DIR": str(bin_dir), "PATH": "/usr/bin:/bin"}
+    if gpus:
+        env["SLURM_GPUS_ON_NODE"] = str(gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
+    env.update(extra)
+    return env
+
+
+def run(tmp_path: Path, fake_slurm, data: dict, nodes: Optional[tuple[str, ...]] = None, gpus: Optional[int] = None,
+        before_run: Optional[Callable] = None, **extra_env: str):
+    staged = stage_plan(tmp_path, data)
+    if before_run:
+        before_run(staged)
+    nodes = nodes or NODES[: data["job"]["nodes"]]
+    env = allocation_env(fake_slurm.bin_dir, nodes, data["job"]["gpus_per_node"] if gpus is None else gpus, **extra_env)
+    attempt = run_attempt(staged.attempt_dir, staged.bundle_digest, staged.plan_digest, environ=env)
+    return attempt, staged
+
+
+def journal(attempt_dir: Path) -> list[tuple[str, str, Optional[str]]]:
+    lines = (attempt_dir / "journal.jsonl").read_text().splitlines()
+    return [(e["from"], e["to"], e.get("reason")) for e in map(json.loads, lines) if e["kind"] == "transition"]
+
+
+def read(attempt_dir: Path, name: str):
+    path = attempt_dir / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def servers_started(attempt_dir: Path) -> list[str]:
+    return sorted(p.name for p in (attempt_dir / "steps").glob("deploy-*.started.json")) \
+        if (attempt_dir / "steps").exists() else []
+
+
+def no_leftovers(attempt_id: str) -> list[dict]:
+    """Processes anywhere on this machine carrying the attempt's id (the fake nodes are all here)."""
+    return [p for p in leftovers(attempt_id) if p["pid"] != os.getpid()]

@@ -1,0 +1,62 @@
+"""End-to-end attempts on fake Slurm: sequencing, endpoints, results, environments, cleanup."""
+
+from __future__ import annotations
+
+import json
+
+from tests.runtime.harness import journal, no_leftovers, plan_data, read, run
+
+HAPPY = [("staged", "verified", None), ("verified", "preflight", None), ("preflight", "deploying", None),
+         ("deploying", "ready", None), ("ready", "client", None), ("client", "finalize", None),
+         ("finalize", "cleanup", "ok"), ("cleanup", "done", "ok")]
+
+
+def test_single_node_plan_succeeds_and_leaves_nothing(tmp_path, fake_slurm) -> None:
+    """The one-node plan walks every state once, validates 3 records, publishes its endpoint,
+    ends with a terminal readiness record, a clean cleanup report and no process left."""
+    attempt, staged = run(tmp_path, fake_slurm, plan_data("single-node"))
+    directory = staged.attempt_dir
+    assert ("succeeded", "ok") == (attempt.outcome, attempt.reason)
+    assert HAPPY == journal(directory)
+    manifest = read(directory, "result-manifest.json")
+    assert ("records.jsonl", 3) == (manifest["path"], manifest["records"])
+    readiness = read(directory, "readiness.json")
+    assert ("withdrawn", "stopped") == (readiness["endpoints"], readiness["deployments"]["small"]["state"])
+    assert "clean" == read(directory, "cleanup.json")["verdict"]
+    assert [] == no_leftovers(staged.attempt_id)
+
+
+def test_two_node_deployment_with_follower_and_a_second_deployment(tmp_path, fake_slurm) -> None:
+    """big spans nodes 1-2 (leader + follower) on GPU slots 0,1 of each; small gets node 3, slot 0;
+    the endpoints file names each alias's leader URL."""
+    attempt, staged = run(tmp_path, fake_slurm, plan_data("two-deployments"))
+    assert "succeeded" == attempt.outcome
+    started = {p.name.split(".")[0]: json.loads(p.read_text())
+               for p in (staged.attempt_dir / "steps").glob("deploy-*.started.json")}
+    placed = {name: (r["node"], r["cuda_visible_devices"]) for name, r in started.items()}
+    assert {"deploy-big-0": ("127.0.2.1", "0,1"), "deploy-big-1": ("127.0.2.2", "0,1"),
+            "deploy-small-0": ("127.0.2.3", "0")} == placed
+    models = read(staged.attempt_dir, "endpoints.json")["models"]
+    assert {"big-model", "small-model"} == set(models)
+    assert models["big-model"]["base_urls"][0].startswith("http://127.0.2.1:")
+    assert [] == no_leftovers(staged.attempt_id)
+
+
+def test_steps_get_only_their_explicit_environment(tmp_path, fake_slurm) -> None:
+    """A secret in the supervisor's environment that the plan does not name never reaches a step;
+    forwarded and set variables do, with the runtime's own DD_SLURM_* and the step's SLURM_*."""
+    data = plan_data("single-node")
+    dump = "import json, os; json.dump(dict(os.environ), open('{results_dir}/env.json', 'w'))"
+    data["client"].update(argv=["/usr/bin/python3", "-c", dump], preflight_argv=None,
+                          env={"set": {"MODE": "test"}, "forward": ["HF_TOKEN"]},
+                          result={"path": "env.json", "format": "json", "min_records": 1})
+    attempt, staged = run(tmp_path, fake_slurm, data, HF_TOKEN="hf-123", AWS_SECRET_ACCESS_KEY="leak",
+                          SLURM_CPU_BIND="none")
+    env = read(staged.attempt_dir, "results/env.json")
+    assert "succeeded" == attempt.outcome
+    assert ("test", "hf-123", "client", staged.attempt_id) == (
+        env["MODE"], env["HF_TOKEN"], env["DD_SLURM_ROLE"], env["DD_SLURM_ATTEMPT_ID"])
+    assert {"AWS_SECRET_ACCESS_KEY", "SLURM_CPU_BIND", "CUDA_VISIBLE_DEVICES"}.isdisjoint(env)
+    expected_names = {"PATH", "LC_ALL", "MODE", "HF_TOKEN", "DD_SLURM_ATTEMPT_ID", "DD_SLURM_ROLE",
+                      "DD_SLURM_ATTEMPT_DIR", "DD_SLURM_ENDPOINTS_FILE"}
+    assert expected_names == {k for k in env if not k.startswith("SLURM")}
