@@ -154,19 +154,21 @@ class RuntimeActions:
             self.s.clock.sleep(POLL_S)
 
     def check_alive(self) -> None:
-        """A deployment step that exited is a failure now, not at a deadline."""
-        for name in self.started:
-            code = self.s.table.poll(name)
-            if code is None:
-                continue
-            if not self.s.gate.received:  # scancel signals steps and batch at once: let ours land
-                self.s.clock.sleep(SETTLE_S)
-            self.s.gate.check()
-            dep = self.s.deployment_of(name)
-            ready = self.readiness.state(dep) == "ready"
-            reason = self._exit_reason(name, ready)
-            self.readiness.move(dep, "failed", detail=f"{name} exited {code}")
-            raise AttemptFailure(reason, f"{name} exited {code}; see logs/{name}.log")
+        """A deployment step that exited is a failure now, not at a deadline. When a follower and
+        its leader are both gone, the follower is the cause (the leader exits on losing a rank)."""
+        exited = [n for n in self.started if self.s.table.poll(n) is not None]
+        if not exited:
+            return
+        if not self.s.gate.received:  # scancel signals steps and batch at once: let ours land
+            self.s.clock.sleep(SETTLE_S)
+        self.s.gate.check()
+        exited = [n for n in self.started if self.s.table.poll(n) is not None]
+        name = next((n for n in exited if not n.endswith("-0")), exited[0])
+        code = self.s.table.procs[name].exit_code
+        dep = self.s.deployment_of(name)
+        reason = self._exit_reason(name, self.readiness.state(dep) == "ready")
+        self.readiness.move(dep, "failed", detail=f"{name} exited {code}")
+        raise AttemptFailure(reason, f"{name} exited {code}; see logs/{name}.log")
 
     def _exit_reason(self, name: str, ready: bool) -> str:
         record = self.s.runner.started(name)

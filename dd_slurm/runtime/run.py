@@ -31,6 +31,8 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
             attempt.fire(T.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
                          detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")
         attempt.advance(until)
+        for reason in gate.unheeded():  # journaled as ignored: cleanup was not restarted or aborted
+            attempt.fire(T.FAILURE_TRIGGER, reason=reason)
         return attempt
     finally:
         gate.uninstall()

@@ -19,6 +19,7 @@ OUTCOMES = {
 class SignalGate:
     def __init__(self) -> None:
         self.received: list[int] = []
+        self.acted_on = 0
         self._previous: dict[int, object] = {}
 
     def install(self) -> "SignalGate":
@@ -40,5 +41,10 @@ class SignalGate:
         """Raise the failure the first signal means; a no-op when none arrived."""
         signo = self.first()
         if signo is not None:
+            self.acted_on = 1
             outcome, reason = OUTCOMES[signo]
             raise AttemptFailure(reason, f"received {signal.Signals(signo).name}", outcome=outcome)
+
+    def unheeded(self) -> list[str]:
+        """Reasons of signals that decided nothing (they came during or after cleanup)."""
+        return [OUTCOMES[s][1] for s in self.received[self.acted_on:]]

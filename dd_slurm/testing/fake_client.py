@@ -17,6 +17,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preflight", action="store_true", help="check the endpoints file only; no model calls")
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code after writing")
     p.add_argument("--hang", action="store_true", help="never finish")
+    p.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before doing anything")
     return p.parse_args(argv)
 
 
@@ -40,10 +41,11 @@ def chat(base_url: str, alias: str, prompt: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    time.sleep(args.sleep)
     endpoints = load_endpoints(args.endpoints)
     if args.preflight:
-        print(f"preflight ok: {sorted(endpoints)}", flush=True)
-        return 0
+        print(f"preflight {'ok' if args.exit_code == 0 else 'failed'}: {sorted(endpoints)}", flush=True)
+        return args.exit_code
     while args.hang:
         time.sleep(3600)
     with open(args.out, "w") as out:

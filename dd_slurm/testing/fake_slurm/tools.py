@@ -29,7 +29,8 @@ def main(tool: str, argv: list[str]) -> int:
     with fake.edit() as state:
         state["calls"].append({"tool": tool, "argv": argv})
         queue = state["faults"].get(tool) or []
-        fault = queue.pop(0) if queue else None
+        index = next((i for i, f in enumerate(queue) if not f.get("match") or f["match"] in argv), None)
+        fault = queue.pop(index) if index is not None else None
     work = {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scancel": scancel, "scontrol": scontrol,
             "srun": srun}[tool]
     if not fault:
