@@ -4,6 +4,7 @@ id survives on any node, and report. Every step runs even when one fails; safe t
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 from typing import Callable, Optional
@@ -11,10 +12,12 @@ from typing import Callable, Optional
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.runtime.stepexec import scan_node
 from dd_slurm.store.atomic import write_json_atomic
 
 CLEANUP_NAME = "cleanup.json"
 KILL_WAIT_S = 3.0
+_JOB_ENDING = re.compile(r"has expired|Expired or invalid job|already completing|Job/step already|Invalid job id")
 
 
 class Cleanup:
@@ -63,9 +66,14 @@ class Cleanup:
         self.table.procs[name].stop = "sigterm"
 
     def _scan(self, report: dict) -> None:
-        if self.runner is None:
-            return
-        answers, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--kill"], "scan-kill", 30)
+        if self.runner is None or not self.nodes:
+            answers, problem = self._scan_here(report, "no allocation to scan through"), None
+        else:
+            answers, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--kill"], "scan-kill", 30)
+        if problem and _JOB_ENDING.search(problem):
+            answers = self._scan_here(report, "the job is ending, so Slurm's teardown stops every step on "
+                                              f"{', '.join(self.nodes)}; the batch node was scanned directly")
+            problem = None
         if problem:
             report["problems"].append(problem)
         for node, answer in sorted(answers.items()):
@@ -78,8 +86,17 @@ class Cleanup:
             if problem:
                 report["problems"].append(problem)
         missing = sorted(set(self.nodes) - set(answers))
-        if missing:
+        if missing and not report.get("notes"):
             report["problems"].append(f"nodes that did not answer the leftover scan: {', '.join(missing)}")
+
+    def _scan_here(self, report: dict, note: str) -> dict[str, dict]:
+        """Scan (and clear) the node this supervisor runs on, without Slurm."""
+        report.setdefault("notes", []).append(note)
+        answer = scan_node(self.attempt_id, kill=True)
+        if answer["found"]:
+            self.clock.sleep(0.2)
+            report["leftovers_after"] += [{**p, "node": answer["node"]} for p in scan_node(self.attempt_id, False)["found"]]
+        return {answer["node"]: answer}
 
     def _describe(self, name: str, before: Optional[int]) -> dict:
         tracked = self.table.procs[name]

@@ -113,18 +113,22 @@ def leftovers(attempt_id: str) -> list[dict]:
     return found
 
 
-def scan(attempt_id: str, kill: bool) -> int:
+def scan_node(attempt_id: str, kill: bool) -> dict:
+    """This node's leftovers, SIGKILLed when asked (only if still the same process, by start time)."""
     found = leftovers(attempt_id)
     killed = []
-    if kill:
-        for proc in found:
-            if start_time(proc["pid"]) == proc["start_time"]:  # the same process, not a reused pid
-                try:
-                    os.kill(proc["pid"], signal.SIGKILL)
-                    killed.append(proc["pid"])
-                except OSError:
-                    pass
-    print(json.dumps({"node": node_name(), "found": found, "killed": killed}), flush=True)
+    for proc in found if kill else ():
+        if start_time(proc["pid"]) == proc["start_time"]:
+            try:
+                os.kill(proc["pid"], signal.SIGKILL)
+                killed.append(proc["pid"])
+            except OSError:
+                pass
+    return {"node": node_name(), "found": found, "killed": killed}
+
+
+def scan(attempt_id: str, kill: bool) -> int:
+    print(json.dumps(scan_node(attempt_id, kill)), flush=True)
     return 0
 
 

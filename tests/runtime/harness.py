@@ -72,6 +72,20 @@ def journal(attempt_dir: Path) -> list[tuple[str, str, Optional[str]]]:
     return [(e["from"], e["to"], e.get("reason")) for e in map(json.loads, lines) if e["kind"] == "transition"]
 
 
+def outcome(attempt_dir: Path) -> tuple[Optional[str], Optional[str]]:
+    lines = (attempt_dir / "journal.jsonl").read_text().splitlines()
+    last = [e for e in map(json.loads, lines) if e["kind"] == "transition"][-1]
+    return last.get("outcome"), last.get("reason")
+
+
+def two_single_node_deployments(data: dict) -> dict:
+    """The single-node plan with a second one-node deployment, on a 2-node job: n1 and n2."""
+    second = dict(data["deployments"][0], name="second", model_alias="second-model", port=free_port())
+    data["deployments"].append(second)
+    data["job"].update(nodes=2, gpus_per_node=1)
+    return data
+
+
 def read(attempt_dir: Path, name: str):
     path = attempt_dir / name
     return json.loads(path.read_text()) if path.exists() else None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.harness import journal, plan_data, run, servers_started
+from tests.runtime.harness import journal, plan_data, run, servers_started, two_single_node_deployments
 
 
 def _tamper_bundle(staged) -> None:
@@ -60,12 +60,8 @@ def test_bad_input_fails_verification_before_any_server(tmp_path, fake_slurm, ca
 def test_busy_port_on_the_second_node(tmp_path, fake_slurm) -> None:
     """A port in use on the node of the second deployment (n2 here) fails `port_busy`, checked on
     that node, before anything starts."""
-    data = plan_data("single-node")
-    second = dict(data["deployments"][0], name="second", model_alias="second-model",
-                  port=data["deployments"][0]["port"] + 1)
-    data["deployments"].append(second)
-    data["job"]["nodes"] = 2
-    data["job"]["gpus_per_node"] = 1
+    data = two_single_node_deployments(plan_data("single-node"))
+    second = data["deployments"][1]
     with socket.socket() as busy:
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         busy.bind(("127.0.2.2", second["port"]))

@@ -1,0 +1,59 @@
+"""The fault matrix on the real cluster: the same cells as on fakes, signals sent by Slurm."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.faults.matrix import CELLS, Cell, check_cell_aftermath
+from tests.runtime.harness import no_leftovers, plan_data
+from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
+
+ACTIONS = {
+    "scancel": lambda job: ["scancel", job],
+    "sigterm": lambda job: ["scancel", "--batch", "--signal=TERM", job],
+    "sigusr1": lambda job: ["scancel", "--batch", "--signal=USR1", job],
+}
+SHIM = """#!{python}
+import os, sys
+if "--job-name=deploy-small-0" in sys.argv:
+    print("srun: error: Unable to create step for job: Requested node configuration is not available", file=sys.stderr)
+    sys.exit(1)
+os.execv({srun!r}, [{srun!r}] + sys.argv[1:])
+"""
+
+
+def srun_shim(directory: Path) -> Path:
+    """A bin dir whose srun cannot start the step deploy-small-0 (partial startup)."""
+    directory.mkdir()
+    for tool in ("sbatch", "squeue", "sacct", "scancel", "scontrol"):
+        os.symlink(shutil.which(tool), directory / tool)
+    shim = directory / "srun"
+    shim.write_text(SHIM.format(python=sys.executable, srun=shutil.which("srun")))
+    shim.chmod(0o755)
+    return directory
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
+def test_fault_cell_on_the_real_cluster(tmp_path, cell: Cell) -> None:
+    """Each cell on real Slurm: done with the expected outcome and reason, cleanup once, terminal
+    readiness, every tracked process accounted for, and nothing carrying the attempt's id on n1-n3."""
+    data = plan_data(cell.plan)
+    cell.mutate(data)
+    env = dict(os.environ)
+    if cell.action == "break_launch":
+        env["DD_SLURM_BIN_DIR"] = str(srun_shim(tmp_path / "shim"))
+    attempt_dir, job_id = submit(tmp_path, data, f"cell-{cell.fault.replace('_', '-')}-{cell.state}", env)
+    if cell.action in ACTIONS:
+        wait_state(attempt_dir, (cell.state, "done"), 150)
+        subprocess.run(["sleep", "0.05" if cell.state == "cleanup" else "0.5"], check=True)
+        subprocess.run(ACTIONS[cell.action](job_id), check=True, timeout=30)
+    wait_state(attempt_dir, ("done",), 150)
+    wait_job_gone(job_id)
+    check_cell_aftermath(attempt_dir, cell, no_leftovers(attempt_dir.name))
