@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # Real-cluster tests mostly wait on Slurm, so more workers than cores pays off.
 WORKERS ?= 4
 
-.PHONY: install test unit cluster-up cluster-down cluster-status demo bench diagram clean
+.PHONY: install test unit cluster-up cluster-down cluster-status client-env demo bench diagram clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ install: $(STAMP)
 
 # The README's test command: unit tests plus the real-Slurm tests against the local cluster.
 test: install
-	@if bash $(CLUSTER) up; then \
+	@if bash $(CLUSTER) up && bash fixtures/demo/client-env.sh; then \
 	    export DD_SLURM_TEST_CLUSTER=up; \
 	else \
 	    echo "!!! The local Slurm cluster could not start: the real-Slurm tests cannot run here. !!!" >&2; \
@@ -46,9 +46,13 @@ cluster-status:
 diagram: install
 	$(BIN)/dd-slurm diagram
 
+# The example Data Designer client's environment (/opt/dd-slurm-demo), used by the demo and its test.
+client-env:
+	bash fixtures/demo/client-env.sh
+
 demo: install
 	bash $(CLUSTER) up
-	$(BIN)/python -m dd_slurm.demo fixtures/plans/demo.json
+	bash fixtures/demo/demo.sh
 
 bench: install
 	$(BIN)/python -m dd_slurm.bench

@@ -170,16 +170,24 @@ def submit(plan: str, workspace: str, as_json: bool) -> None:
 def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
     """The attempt's state from disk plus a fresh scheduler observation."""
     from dd_slurm.control import status as do_status
-    from dd_slurm.report import status_text
+    from dd_slurm.report import progress_line, status_text
+    from dd_slurm.store.attempt_record import read_record
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory, clock, commands = checked_dir(attempt_dir), _clock(), _commands()
+    submitted = read_record(directory).get("submitted_at")
+    last = None
     while True:
         view = do_status(directory, commands, clock)
-        if as_json and watch:
-            click.echo(json.dumps(view, sort_keys=True))
+        if as_json:
+            click.echo(json.dumps(view, sort_keys=True, indent=None if watch else 1))
+        elif not watch:
+            click.echo(status_text(view))
         else:
-            emit(view, as_json, status_text)
+            line = progress_line(view, clock.wall() - submitted if submitted else None)
+            if line[11:] != last:
+                click.echo(line)
+                last = line[11:]
         if not watch or _finished(view):
             return
         clock.sleep(interval)

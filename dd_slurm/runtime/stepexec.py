@@ -68,10 +68,21 @@ def run_step(spec_path: str) -> int:
     return EXIT_NOT_FOUND  # not reached
 
 
-def port_free(port: int) -> bool:
+def node_address() -> str:
+    """The address this node's name resolves to (where a server given `--host {host}` listens)."""
+    try:
+        return socket.gethostbyname(node_name())
+    except OSError:
+        return "0.0.0.0"
+
+
+def port_free(port: int, address: str) -> bool:
+    """Binding fails if anything listens on this address or on the wildcard address. SO_REUSEADDR
+    as servers set it: connections of an earlier server lingering in TIME_WAIT do not count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("0.0.0.0", port))
+            sock.bind((address, port))
         except OSError:
             return False
     return True
@@ -83,7 +94,8 @@ def probe(request_path: str) -> int:
     node = node_name()
     mine = request["nodes"].get(node, {})
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
-    result = {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p)],
+    address = node_address()
+    result = {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p, address)],
               "missing_executables": [e for e in mine.get("executables", [])
                                       if not shutil.which(e, path=request.get("path"))],
               "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0, "slurm_gpus": os.environ.get("SLURM_GPUS_ON_NODE")}

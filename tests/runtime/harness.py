@@ -78,11 +78,13 @@ def outcome(attempt_dir: Path) -> tuple[Optional[str], Optional[str]]:
     return last.get("outcome"), last.get("reason")
 
 
-def two_single_node_deployments(data: dict) -> dict:
-    """The single-node plan with a second one-node deployment, on a 2-node job: n1 and n2."""
-    second = dict(data["deployments"][0], name="second", model_alias="second-model", port=free_port())
-    data["deployments"].append(second)
-    data["job"].update(nodes=2, gpus_per_node=1)
+def three_single_node_deployments(data: dict) -> dict:
+    """The single-node plan with three one-node deployments on a 3-node job: placement puts them
+    on the first, second and third node, whichever nodes Slurm picks."""
+    for name in ("second", "third"):
+        data["deployments"].append(dict(data["deployments"][0], name=name, model_alias=f"{name}-model",
+                                        port=free_port()))
+    data["job"].update(nodes=3, gpus_per_node=1)
     return data
 
 

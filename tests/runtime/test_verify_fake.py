@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.harness import journal, plan_data, run, servers_started, two_single_node_deployments
+from tests.runtime.harness import journal, plan_data, run, servers_started, three_single_node_deployments
 
 
 def _tamper_bundle(staged) -> None:
@@ -60,7 +60,7 @@ def test_bad_input_fails_verification_before_any_server(tmp_path, fake_slurm, ca
 def test_busy_port_on_the_second_node(tmp_path, fake_slurm) -> None:
     """A port in use on the node of the second deployment (n2 here) fails `port_busy`, checked on
     that node, before anything starts."""
-    data = two_single_node_deployments(plan_data("single-node"))
+    data = three_single_node_deployments(plan_data("single-node"))
     second = data["deployments"][1]
     with socket.socket() as busy:
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

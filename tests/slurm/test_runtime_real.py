@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from tests.runtime.harness import (journal, no_leftovers, outcome, plan_data, read, servers_started,
-                                   two_single_node_deployments)
+                                   three_single_node_deployments)
 from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
 
 
@@ -88,7 +88,7 @@ def test_plan_needing_8_gpus_per_node_on_4_gpu_nodes(tmp_path) -> None:
 @pytest.mark.timeout(180)
 def test_busy_port_on_n2(tmp_path) -> None:
     """A port taken on n2 (its own address) before the job: port_busy from the probe on n2."""
-    data = two_single_node_deployments(plan_data("single-node"))
+    data = three_single_node_deployments(plan_data("single-node"))
     port = data["deployments"][1]["port"]
     with socket.socket() as busy:
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
