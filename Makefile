@@ -55,7 +55,7 @@ demo: install
 	bash fixtures/demo/demo.sh
 
 bench: install
-	$(BIN)/python -m dd_slurm.bench
+	$(BIN)/python -m tests.bench.bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -8,9 +8,7 @@ driver down the `fail` edge to `cleanup`, from whatever state the machine is in.
 
 from __future__ import annotations
 
-from typing import Optional
-
-import attrs
+from typing import NamedTuple, Optional
 
 STATES: tuple[str, ...] = (
     "staged",
@@ -30,8 +28,7 @@ FAILURE_TRIGGER = "fail"
 OUTCOMES = ("succeeded", "failed", "cancelled", "timed_out")
 
 
-@attrs.frozen
-class Edge:
+class Edge(NamedTuple):
     trigger: str
     source: str
     dest: Optional[str]  # None: an internal transition (no exit, no enter)

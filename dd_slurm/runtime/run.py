@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -14,6 +15,9 @@ from dd_slurm.runtime.actions import RuntimeActions
 from dd_slurm.runtime.session import Session
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.scheduler.commands import SlurmCommands
+from dd_slurm.store.atomic import write_json_atomic
+
+SUPERVISOR_NAME = "supervisor.json"
 
 # States whose processes belonged to a supervisor that is gone: they cannot be adopted.
 UNSUPERVISED = ("preflight", "deploying", "ready", "client", "finalize")
@@ -25,6 +29,7 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
     gate = SignalGate().install()
     commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
     session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
+    write_supervisor_record(session.dir, "running")
     try:
         attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
         if attempt.state in UNSUPERVISED:
@@ -36,3 +41,28 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
         return attempt
     finally:
         gate.uninstall()
+        write_supervisor_record(session.dir, "exited")
+
+
+def process_started_wall(pid: int) -> Optional[float]:
+    """Wall-clock start of a process from /proc (boot time + start ticks), so start-up counts."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_kib() -> Optional[int]:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return None
+
+
+def write_supervisor_record(attempt_dir: Path, state: str) -> None:
+    write_json_atomic(attempt_dir / SUPERVISOR_NAME, {
+        "pid": os.getpid(), "state": state, "started_at": process_started_wall(os.getpid()),
+        "peak_rss_kib": peak_rss_kib(), "python": sys.version.split()[0]})

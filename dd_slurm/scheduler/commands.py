@@ -12,9 +12,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
-
-import attrs
+from typing import Iterable, Mapping, NamedTuple, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import SchedulerError, ToolFailed, ToolMissing, ToolTimeout, Transient
@@ -32,16 +30,14 @@ _INVALID_ID = "Invalid job id specified"
 _ALREADY_GONE = re.compile(r"already completing or completed|Invalid job id specified|Job/step already")
 
 
-@attrs.frozen
-class ToolResult:
+class ToolResult(NamedTuple):
     argv: tuple[str, ...]
     returncode: int
     stdout: str
     stderr: str
 
 
-@attrs.frozen
-class QueryResult:
+class QueryResult(NamedTuple):
     squeue: list[parse.Row]
     sacct: Optional[list[parse.Row]]
     sacct_error: Optional[str]
@@ -141,22 +137,27 @@ class SlurmCommands:
         return sorted({line.strip() for line in out.splitlines() if line.strip().isdigit()})
 
     def query(self, job_ids: list[str]) -> QueryResult:
-        squeue: list[parse.Row] = []
-        sacct: Optional[list[parse.Row]] = []
-        error, calls = None, 0
-        for chunk in id_chunks(job_ids):
-            calls += 1
-            squeue += parse.parse_squeue(self.squeue_text(chunk))
-        for chunk in id_chunks(job_ids):
-            calls += 1
+        """One squeue, then one sacct unless squeue already shows every requested job live (sacct
+        cannot change that answer). An squeue failure raises; a sacct failure is reported (lag)."""
+        from dd_slurm.scheduler.observe import all_live
+
+        chunks = id_chunks(job_ids)
+        squeue = [row for chunk in chunks for row in parse.parse_squeue(self.squeue_text(chunk))]
+        if all_live(job_ids, squeue):
+            return QueryResult(squeue, [], None, calls=len(chunks))
+        sacct, error = self._sacct_rows(chunks)
+        return QueryResult(squeue, sacct, error, calls=len(chunks) * 2)
+
+    def _sacct_rows(self, chunks: list[str]) -> tuple[Optional[list[parse.Row]], Optional[str]]:
+        rows: list[parse.Row] = []
+        for chunk in chunks:
             try:
                 text = self.run("sacct", ["--noheader", "--parsable2", f"--jobs={chunk}",
                                           f"--format={parse.SACCT_FIELDS}"]).stdout
             except SchedulerError as err:
-                sacct, error = None, str(err)
-                break
-            sacct += parse.parse_sacct(text)  # type: ignore[operator]
-        return QueryResult(squeue, sacct, error, calls)
+                return None, str(err)
+            rows += parse.parse_sacct(text)
+        return rows, None
 
     def squeue_text(self, chunk: str) -> str:
         args = ["--noheader", "--states=all", f"--jobs={chunk}", f"--format={parse.SQUEUE_FORMAT}"]

@@ -9,16 +9,16 @@ Rules, in order, for each job or task:
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional
-
-import attrs
+from typing import Iterable, Mapping, NamedTuple, Optional
 
 from dd_slurm.scheduler.parse import Row, expand_tasks
 from dd_slurm.scheduler.states import is_terminal, normalize_state
 
 
-@attrs.frozen
-class Observation:
+class Observation(NamedTuple):
+    """CONTRACT.md's observation. NamedTuples here, not attrs: `status` runs from fresh processes
+    and these modules are on its import path."""
+
     job_id: str
     state: str
     terminal: bool
@@ -29,18 +29,17 @@ class Observation:
     reason: Optional[str] = None
 
     def to_json(self) -> dict:
-        return attrs.asdict(self)
+        return self._asdict()
 
 
-@attrs.frozen
-class LagClock:
+class LagClock(NamedTuple):
     """When each job was last seen (or submitted), the reconcile deadline, and now (wall seconds).
     `deadline_s` None: no history (a raw `query`), so a job nobody reports is lost at once
     when sacct answered, and in accounting lag when it did not."""
 
     now: float
     deadline_s: Optional[float]
-    last_seen: Mapping[str, float] = attrs.field(factory=dict)
+    last_seen: Mapping[str, float] = {}
 
     def expired(self, job_id: str, sacct_answered: bool) -> bool:
         if self.deadline_s is None:
@@ -67,6 +66,13 @@ def _key(row: Row) -> str:
     if row.het is not None:
         return f"{row.job}+{row.het}"
     return row.job
+
+
+def all_live(requested: Iterable[str], squeue_rows: Iterable[Row]) -> bool:
+    """True when squeue lists every requested job (or task) by its own id in a non-terminal state.
+    Array parents never qualify: tasks that already left squeue are only in sacct."""
+    live = {_key(row) for row in squeue_rows if not row.is_range and not is_terminal(normalize_state(row.raw_state)[0])}
+    return all(job in live for job in requested)
 
 
 def keys_for(requested: str, *indexes: Mapping[str, str | Row]) -> list[str]:

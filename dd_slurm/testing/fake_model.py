@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         log("load failed")
         sys.exit(args.exit_code)
     server = ModelServer(args)
-    log(f"serving {args.model} on {args.host}:{args.port}")
+    log(f"serving {args.model} on {args.host}:{args.port} since {time.time():.3f}")
     if args.crash_after_s is not None:
         exit_later(args.crash_after_s, args.exit_code, "crash fault")
     server.serve_forever(poll_interval=0.1)

@@ -1,0 +1,254 @@
+"""`make bench`: every benchmark the issues name, one table, JSON under bench/results/.
+
+Timings are medians over several runs; comparisons with the reference implementation
+(data-designer-slurm 1.0.0rc1, installed into bench/.refenv, never a project dependency) are ratios
+measured in the same run. Runtime figures need the lab cluster (make cluster-up)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "results"
+REFENV = ROOT / "bench" / ".refenv"
+REFERENCE = "data-designer-slurm==1.0.0rc1"
+ROWS = 100_000
+STATES = ["COMPLETED", "FAILED", "RUNNING", "PENDING", "CANCELLED by 0", "TIMEOUT"]
+
+sys.path.insert(0, str(ROOT))
+
+
+def row(figure: str, values: list[float], unit: str, goal: str, note: str = "") -> dict:
+    values = [v for v in values if v is not None]
+    return {"figure": figure, "median": statistics.median(values) if values else None, "min": min(values, default=None),
+            "max": max(values, default=None), "runs": len(values), "unit": unit, "goal": goal, "note": note}
+
+
+def timed(fn, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def inputs() -> dict[str, str]:
+    ids = [f"{1000 + i // 10}_{i % 10}" for i in range(ROWS)]
+    return {
+        "sacct_ours": "".join(f"{j}|{STATES[i % 6]}|{i % 3}:0|None|job-{i // 10}\n" for i, j in enumerate(ids)),
+        "squeue_ours": "".join(f"{j}|RUNNING|None|job-{i // 10}\n" for i, j in enumerate(ids)),
+        "sacct_theirs": "".join(f"{j}|{STATES[i % 6].split()[0]}|{i % 3}:0\n" for i, j in enumerate(ids)),
+        "squeue_theirs": "".join(f"{j}|RUNNING\n" for j in ids),
+    }
+
+
+def reference_python() -> str | None:
+    python = REFENV / "bin" / "python"
+    if not python.exists():
+        print(f"bench: installing {REFERENCE} into {REFENV} (its own throwaway environment)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(REFENV)], check=True)
+        done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--pre", REFERENCE], capture_output=True)
+        if done.returncode != 0:
+            print(f"bench: could not install {REFERENCE}; comparisons skipped", file=sys.stderr)
+            return None
+    return str(python)
+
+
+THEIR_PARSE = """
+import sys, time, json
+from data_designer.slurm.launcher.parsing import parse_accounting, parse_queue
+sacct, squeue, runs = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3])
+out = {"sacct": [], "squeue": []}
+for _ in range(runs):
+    t = time.perf_counter(); parse_accounting(sacct); out["sacct"].append(time.perf_counter() - t)
+    t = time.perf_counter(); parse_queue(squeue); out["squeue"].append(time.perf_counter() - t)
+print(json.dumps(out))
+"""
+
+
+def parse_benchmarks(data: dict[str, str], ref: str | None, tmp: Path) -> list[dict]:
+    from dd_slurm.scheduler import parse
+
+    ours = {"sacct": timed(lambda: parse.parse_sacct(data["sacct_ours"]), 5),
+            "squeue": timed(lambda: parse.parse_squeue(data["squeue_ours"]), 5)}
+    theirs = {"sacct": [], "squeue": []}
+    if ref:
+        (tmp / "sacct").write_text(data["sacct_theirs"])
+        (tmp / "squeue").write_text(data["squeue_theirs"])
+        done = subprocess.run([ref, "-c", THEIR_PARSE, str(tmp / "sacct"), str(tmp / "squeue"), "3"],
+                              capture_output=True, text=True)
+        theirs = json.loads(done.stdout) if done.returncode == 0 else theirs
+    rows = []
+    for tool, goal in (("sacct", "< 0.3 s; >= 4x faster"), ("squeue", ">= 4x faster")):
+        ratio = statistics.median(theirs[tool]) / statistics.median(ours[tool]) if theirs[tool] else None
+        rows.append(row(f"parse {ROWS:,} {tool} rows (ours)", ours[tool], "s", goal,
+                        f"reference x{ratio:.1f} slower" if ratio else "reference not measured"))
+        rows.append(row(f"parse {ROWS:,} {tool} rows (reference)", theirs[tool], "s", "", "its own format, same rows"))
+    return rows
+
+
+def render_benchmark() -> dict:
+    from dd_slurm.plan import load_plan
+    from dd_slurm.scheduler.render import ScriptContext, render_script
+
+    plan = load_plan(ROOT / "fixtures" / "plans" / "two-deployments.json")
+    ctx = ScriptContext("bench-1", "/ws/attempts/bench-1", "/ws/bundles/b", "b" * 64, "p" * 64)
+    per_call = [t / 200 * 1000 for t in timed(lambda: [render_script(plan, ctx) for _ in range(200)], 7)]
+    return row("render one attempt script", per_call, "ms", "reference: about 0.7 ms",
+               "reference figure quoted from the issue, not re-measured (its plan needs its whole config compiler)")
+
+
+def calls_per_round() -> list[dict]:
+    from dd_slurm.clock import Clock
+    from dd_slurm.scheduler.commands import SlurmCommands
+    from dd_slurm.testing.fake_slurm import install
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = install(Path(tmp) / "bin")
+        commands = SlurmCommands(Clock(), str(fake.bin_dir), {})
+        for count in (1, 100, 10_000):
+            result = commands.query([str(10**6 + i) for i in range(count)])
+            rows.append(row(f"scheduler calls per status round, {count:,} jobs", [result.calls], "calls", "2"))
+        for count in (10_000, 50_000):
+            ids = [f"777_{i}" for i in range(1, count + 1)]
+            seconds = timed(lambda: commands.query(ids), 3)
+            rows.append(row(f"status round for {count:,} array task ids", seconds, "s", "works (reference fails > ~11,000)",
+                            f"{commands.query(ids).calls} calls"))
+    return rows
+
+
+def fresh_process(argv: list[str], env: dict | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one fresh process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _pid, _status, usage = os.wait4(proc.pid, 0)
+    return time.perf_counter() - start, usage.ru_maxrss
+
+
+def startup_benchmarks(ref: str | None) -> list[dict]:
+    from dd_slurm.testing.fake_slurm import install
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = install(Path(tmp) / "bin")
+        env = {**os.environ, "DD_SLURM_BIN_DIR": str(fake.bin_dir)}
+        exe = str(Path(sys.executable).parent / "dd-slurm")
+        out = subprocess.run([exe, "submit", "--json", str(ROOT / "fixtures" / "plans" / "single-node.json"), "-w",
+                              f"{tmp}/ws"], env=env, capture_output=True, text=True, check=True)
+        attempt = json.loads(out.stdout)["attempt_dir"]
+        ours = [fresh_process([exe, "status", "--json", attempt], env) for _ in range(10)]
+        theirs = []
+        if ref:
+            their_exe = str(Path(ref).parent / "data-designer")
+            theirs = [fresh_process([their_exe, "slurm", "status", "--help"]) for _ in range(5)]
+        ratio = statistics.median(t for t, _ in theirs) / statistics.median(t for t, _ in ours) if theirs else None
+        rows.append(row("dd-slurm status --json, fresh process", [t * 1000 for t, _ in ours], "ms",
+                        "< 150 ms; >= 8x faster", f"reference x{ratio:.1f} slower" if ratio else ""))
+        rows.append(row("dd-slurm status --json, peak RSS", [r / 1024 for _, r in ours], "MiB", ""))
+        rows.append(row("reference `data-designer slurm status --help`", [t * 1000 for t, _ in theirs], "ms", "",
+                        f"peak RSS {statistics.median(r for _, r in theirs) / 1024:.0f} MiB" if theirs else ""))
+        record = Path(attempt) / "attempt.json"
+        data = json.loads(record.read_text())
+        history = [{"time": 1.0 * i, "job_id": data["job_id"], "state": "running", "terminal": False, "exit_code": None,
+                    "signal": None, "raw_state": "RUNNING", "source": "squeue", "reason": None} for i in range(100_000)]
+        big = []
+        for _ in range(3):
+            record.write_text(json.dumps({**data, "observations": history}))
+            big.append(fresh_process([exe, "status", "--json", attempt], env))
+        rows.append(row("status with a 100,000-row history: time", [t * 1000 for t, _ in big], "ms", "",
+                        f"peak RSS {statistics.median(r for _, r in big) / 1024:.0f} MiB; history is then cut to 50"))
+    return rows
+
+
+def _journal_times(attempt: Path) -> dict[tuple[str, str], float]:
+    entries = [json.loads(line) for line in (attempt / "journal.jsonl").read_text().splitlines()]
+    return {(e["from"], e["to"]): e["ts"] for e in entries if e["kind"] == "transition"}
+
+
+def _serving_since(log: Path) -> float:
+    line = next(l for l in log.read_text().splitlines() if " since " in l)
+    return float(line.rsplit(" since ", 1)[1])
+
+
+def runtime_benchmarks(runs: int = 3) -> list[dict]:
+    probe = subprocess.run(["timeout", "5", "sinfo", "-h"], capture_output=True)
+    if probe.returncode != 0:
+        return [row("runtime figures", [], "", "", "skipped: the lab cluster is not up (make cluster-up)")]
+    from tests.runtime.harness import plan_data
+    from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
+
+    load, grace = 2.0, 2.0
+    found: dict[str, list[float]] = {"overhead": [], "readiness": [], "cleanup": [], "ignoring": [], "rss": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for ignoring in (False, True):
+            for run in range(runs):
+                data = plan_data("single-node")
+                argv = data["deployments"][0]["argv"]
+                argv[argv.index("--load-time") + 1] = str(load)
+                if ignoring:
+                    argv += ["--ignore-sigterm-s", "60"]
+                data["runtime"]["cleanup_grace_s"] = grace
+                attempt, job = submit(Path(tmp), data, f"bench-{'ignoring' if ignoring else 'coop'}-{run}")
+                wait_state(attempt, ("done",), 180)
+                wait_job_gone(job)
+                times = _journal_times(attempt)
+                supervisor = json.loads((attempt / "supervisor.json").read_text())
+                cleanup = times[("cleanup", "done")] - times[("client", "finalize")]
+                if ignoring:
+                    found["ignoring"].append(cleanup)
+                    continue
+                found["overhead"].append(times[("ready", "client")] - supervisor["started_at"] - load)
+                found["readiness"].append((times[("deploying", "ready")] - _serving_since(
+                    attempt / "logs" / "deploy-small-0.log")) * 1000)
+                found["cleanup"].append(cleanup)
+                found["rss"].append(supervisor["peak_rss_kib"] / 1024)
+    return [
+        row("orchestration overhead: job start to client start, minus load time", found["overhead"], "s", "< 1 s",
+            "includes python start-up, verification probe step, preflight, step launches"),
+        row("readiness detection after /health turns 200", found["readiness"], "ms", "< 250 ms"),
+        row("cleanup, client exit to all processes gone (cooperative)", found["cleanup"], "s", "< 1 s"),
+        row(f"cleanup with a server ignoring SIGTERM (grace {grace:g} s)", found["ignoring"], "s", f"< {grace + 1:g} s"),
+        row("supervisor peak RSS", found["rss"], "MiB", "< 60 MiB"),
+    ]
+
+
+def table(rows: list[dict]) -> str:
+    def fmt(value) -> str:
+        return "-" if value is None else f"{value:.3g}"
+
+    lines = ["| figure | median | min | max | runs | unit | goal | note |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['figure']} | {fmt(r['median'])} | {fmt(r['min'])} | {fmt(r['max'])} | {r['runs']} | "
+                     f"{r['unit']} | {r['goal']} | {r['note']} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    machine = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+               "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    ref = reference_python()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = parse_benchmarks(inputs(), ref, Path(tmp))
+    rows += [render_benchmark(), *calls_per_round(), *startup_benchmarks(ref), *runtime_benchmarks()]
+    text = table(rows)
+    print(f"machine: {machine}\n\n{text}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    report = {"machine": machine, "reference": REFERENCE, "rows": rows}
+    (OUT / f"bench-{machine['when']}.json").write_text(json.dumps(report, indent=1))
+    (OUT / "latest.json").write_text(json.dumps(report, indent=1))
+    (OUT / "latest.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
