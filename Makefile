@@ -55,6 +55,7 @@ demo: install
 	bash fixtures/demo/demo.sh
 
 bench: install
+	@test -x /usr/bin/time || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq time >/dev/null; } || true
 	$(BIN)/python -m tests.bench.bench
 
 clean:

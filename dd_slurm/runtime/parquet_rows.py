@@ -43,7 +43,8 @@ class _Reader:
         elif ftype == 7:
             self.pos += 8
         elif ftype == 8:
-            self.pos += self.varint()
+            length = self.varint()  # not `self.pos += self.varint()`: that reads pos before varint moves it
+            self.pos += length
         elif ftype in (9, 10):
             header = self.byte()
             size, etype = header >> 4, header & 0x0F

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -45,14 +46,14 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
 
 
 def process_started_wall(pid: int) -> Optional[float]:
-    """Wall-clock start of a process from /proc (boot time + start ticks), so start-up counts."""
+    """Wall-clock start of a process, so interpreter start-up counts: its start ticks since boot
+    against CLOCK_BOOTTIME (/proc/stat's btime is whole seconds, too coarse)."""
     try:
         ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-    except (OSError, ValueError, StopIteration):
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (OSError, ValueError):
         return None
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+    return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def peak_rss_kib() -> Optional[int]:

@@ -1,0 +1,196 @@
+"""Unit tests of the runtime's pure pieces: hostlists, placement, step vectors, readiness writer,
+result validation (including the pure-Python Parquet footer reader), signals, the step launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from hypothesis import given, strategies as st
+
+from dd_slurm.errors import AttemptFailure, VerificationError
+from dd_slurm.plan import Result, parse_plan
+from dd_slurm.runtime.hostlist import expand_hostlist
+from dd_slurm.runtime.parquet_rows import parquet_num_rows
+from dd_slurm.runtime.placement import place
+from dd_slurm.runtime.results import validate_result
+from dd_slurm.runtime.signals import SignalGate
+from dd_slurm.runtime.stepexec import step_environment
+from dd_slurm.runtime.steps import Layout, deployment_steps, srun_argv
+from dd_slurm.store.readiness import Readiness, ReadinessError, is_terminal, validate_record
+from tests.conftest import FIXTURES, PLANS
+
+RESULTS = FIXTURES / "results"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("n1", ["n1"]), ("n[1-3]", ["n1", "n2", "n3"]), ("gpu-[01-03],login1", ["gpu-01", "gpu-02", "gpu-03", "login1"]),
+    ("a[1,3-4]", ["a1", "a3", "a4"]), ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+    ("127.0.2.1,127.0.2.2", ["127.0.2.1", "127.0.2.2"]),
+])
+def test_hostlists_expand_like_scontrol_show_hostnames(text, expected) -> None:
+    """Slurm hostlist expressions expand as `scontrol show hostnames` does."""
+    assert expected == expand_hostlist(text)
+
+
+@given(st.text(alphabet="abcxyz-", min_size=1, max_size=5), st.integers(0, 200), st.integers(0, 30),
+       st.integers(1, 4))
+def test_hostlist_ranges_keep_their_width(prefix, low, span, width) -> None:
+    """A zero-padded range expands to each number at the padded width, in order."""
+    high = low + span
+    text = f"{prefix}[{str(low).zfill(width)}-{str(high).zfill(width)}]"
+    expected = [prefix + str(n).zfill(width) for n in range(low, high + 1)]
+    assert expected == expand_hostlist(text)
+
+
+def _plan(name="two-deployments", **job):
+    data = json.loads((PLANS / f"{name}.json").read_text())
+    data["job"].update(job)
+    return parse_plan(json.dumps(data))
+
+
+def test_placement_of_the_two_deployment_plan() -> None:
+    """The two-node deployment takes the first two nodes (slots 0,1 each), the other the third."""
+    placed = place(_plan(), ("n1", "n2", "n3"), 2)
+    assert {"big": (("n1", "n2"), (0, 1)), "small": (("n3",), (0,))} == \
+        {k: (v.nodes, v.gpu_slots) for k, v in placed.items()}
+
+
+def test_co_located_deployments_get_disjoint_gpu_slots() -> None:
+    """With room on one node, two deployments share it on different GPUs (largest placed first)."""
+    data = json.loads((PLANS / "single-node.json").read_text())
+    data["job"]["gpus_per_node"] = 4
+    data["deployments"].append(dict(data["deployments"][0], name="other", model_alias="other", port=18999,
+                                    gpus_per_node=3))
+    placed = place(parse_plan(json.dumps(data)), ("n1",), 4)
+    assert ((3,), (0, 1, 2)) == (placed["small"].gpu_slots, placed["other"].gpu_slots)
+
+
+def test_impossible_placement_is_a_verification_error() -> None:
+    """Three nodes of work on two nodes: a placement failure naming the deployment."""
+    with pytest.raises(VerificationError) as caught:
+        place(_plan(), ("n1", "n2"), 2)
+    assert "placement" == caught.value.reason
+
+
+def test_step_argument_vector_and_follower_placeholders(tmp_path) -> None:
+    """Each rank becomes one srun vector (no shell); the follower gets its rank and the leader's host."""
+    plan = _plan()
+    placed = place(plan, ("n1", "n2", "n3"), 2)
+    layout = Layout("a-1", "/ws/a-1", "/ws/a-1/endpoints.json", "/ws/a-1/results")
+    leader, follower = deployment_steps(plan, plan.deployments[0], placed["big"], layout, {})
+    assert ("n2", "1", "n1") == (follower.node, follower.argv[follower.argv.index("--node-rank") + 1],
+                                 follower.argv[follower.argv.index("--leader") + 1])
+    assert "/ws/a-1/bundle/lib/dd_slurm/testing/fake_model.py" == leader.argv[1]
+    expected = ["/usr/bin/srun", "--jobid=77", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--gres=gpu:2",
+                "--cpus-per-task=1", "--export=NONE", "--kill-on-bad-exit=1", "--job-name=deploy-big-0",
+                "/usr/bin/python3", "-I", "-S", "/b/entry.py", "_step", "/s.json"]
+    assert expected == srun_argv(leader, "/usr/bin/srun", "77", "/usr/bin/python3", "/b/entry.py", "/s.json")
+
+
+def test_launcher_narrows_gpus_to_the_placed_slots() -> None:
+    """The step sees the node's GPUs (Slurm's CUDA_VISIBLE_DEVICES); the program sees only its slots."""
+    env, problem = step_environment({"env": {"A": "1"}, "gpu_slots": [2, 3]},
+                                    {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "SLURM_STEP_ID": "3", "HOME": "/root"})
+    assert (None, {"A": "1", "SLURM_STEP_ID": "3", "CUDA_VISIBLE_DEVICES": "6,7"}) == (problem, env)
+    _env, problem = step_environment({"env": {}, "gpu_slots": [0, 1]}, {"CUDA_VISIBLE_DEVICES": "0"})
+    assert problem is not None
+
+
+def _readiness(tmp_path):
+    return Readiness(tmp_path, "a-1", {"big": {"nodes": ["n1"]}, "small": {"nodes": ["n2"]}})
+
+
+def test_readiness_writer_accepts_the_forward_path_and_ends_terminal(tmp_path) -> None:
+    """pending -> starting -> ready -> stopped with endpoints published then withdrawn is valid."""
+    record = _readiness(tmp_path)
+    for name in ("big", "small"):
+        record.move(name, "starting")
+        record.move(name, "ready", ready=["http://x/v1"])
+    record.endpoints("published")
+    record.finish()
+    on_disk = json.loads((tmp_path / "readiness.json").read_text())
+    assert ([], True) == (validate_record(on_disk), is_terminal(on_disk))
+
+
+@pytest.mark.parametrize(("path", "bad"), [((), "ready"), (("starting", "ready"), "starting"),
+                                           (("failed",), "ready"), (("stopped",), "starting")])
+def test_readiness_writer_refuses_backward_moves(tmp_path, path, bad) -> None:
+    """The writer validates transitions: no skipping to ready, no going back, final states stay."""
+    record = _readiness(tmp_path)
+    for state in path:
+        record.move("big", state)
+    with pytest.raises(ReadinessError):
+        record.move("big", bad)
+
+
+@given(st.lists(st.sampled_from(["pending", "starting", "ready", "failed", "stopped"]), max_size=8))
+def test_readiness_record_is_always_valid_on_disk(tmp_path_factory, moves) -> None:
+    """Whatever moves are tried, the file on disk is always a valid record, and finish() makes it terminal."""
+    directory = tmp_path_factory.mktemp("r")
+    record = _readiness(directory)
+    for state in moves:
+        try:
+            record.move("big", state)
+        except ReadinessError:
+            pass
+        assert [] == validate_record(json.loads((directory / "readiness.json").read_text()))
+    record.finish()
+    assert is_terminal(json.loads((directory / "readiness.json").read_text()))
+
+
+@pytest.mark.parametrize(("name", "rows"), [("three-rows.parquet", 3), ("many-rows.parquet", 1234)])
+def test_parquet_row_count_from_the_footer(name, rows) -> None:
+    """Row counts of real Parquet files (written by pyarrow) read without pyarrow."""
+    assert rows == parquet_num_rows(RESULTS / name)
+
+
+@pytest.mark.parametrize(("name", "fmt", "minimum", "expected"), [
+    ("three.jsonl", "jsonl", 3, 3), ("two.json", "json", 2, 2), ("three-rows.parquet", "parquet", 3, 3),
+    ("three.jsonl", "file", 1, None),
+])
+def test_valid_results_give_a_manifest(name, fmt, minimum, expected) -> None:
+    """A valid candidate yields its record count, size and sha256."""
+    manifest = validate_result(RESULTS, Result(path=name, format=fmt, min_records=minimum))
+    assert (expected, 64) == (manifest["records"], len(manifest["sha256"]))
+
+
+@pytest.mark.parametrize(("name", "fmt", "minimum", "reason"), [
+    ("missing.jsonl", "jsonl", 0, "result_missing"), ("broken.jsonl", "jsonl", 0, "result_invalid"),
+    ("three.jsonl", "jsonl", 4, "result_too_few_records"), ("three.jsonl", "parquet", 0, "result_invalid"),
+])
+def test_invalid_results_fail_with_a_reason(name, fmt, minimum, reason) -> None:
+    """Missing, unparsable or too small candidates fail the attempt with a specific reason."""
+    with pytest.raises(AttemptFailure) as caught:
+        validate_result(RESULTS, Result(path=name, format=fmt, min_records=minimum))
+    assert reason == caught.value.reason
+
+
+def test_result_symlink_out_of_the_results_dir_is_refused(tmp_path) -> None:
+    """A result that is a symlink leading outside the results dir is not accepted."""
+    (tmp_path / "outside.jsonl").write_text('{"a": 1}\n')
+    (tmp_path / "results").mkdir()
+    os.symlink(tmp_path / "outside.jsonl", tmp_path / "results" / "r.jsonl")
+    with pytest.raises(AttemptFailure) as caught:
+        validate_result(tmp_path / "results", Result(path="r.jsonl", format="jsonl", min_records=0))
+    assert "result_outside_results_dir" == caught.value.reason
+
+
+@pytest.mark.parametrize(("signo", "expected"), [(signal.SIGTERM, ("cancelled", "sigterm")),
+                                                 (signal.SIGUSR1, ("timed_out", "pre_timeout_signal")),
+                                                 (signal.SIGINT, ("cancelled", "sigint")),
+                                                 (signal.SIGHUP, ("failed", "sighup"))])
+def test_signals_are_recorded_then_decided_at_the_next_check(signo, expected) -> None:
+    """A handler only records; `check` raises the outcome; later signals are reported as unheeded."""
+    gate = SignalGate().install()
+    try:
+        os.kill(os.getpid(), signo)
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(AttemptFailure) as caught:
+            gate.check()
+        assert expected == (caught.value.outcome, caught.value.reason)
+        assert ["sigterm"] == gate.unheeded()
+    finally:
+        gate.uninstall()
