@@ -60,8 +60,24 @@ def scheduler_line(obs: dict[str, Any] | None) -> str:
     return line + (f" ({obs['reason']})" if obs.get("reason") else "")
 
 
+def disagreement(attempt: dict[str, Any], obs: dict[str, Any] | None) -> str | None:
+    """Why the scheduler's view and the attempt's outcome disagree, or None when they agree.
+    The supervisor exits 0 only on success, so a succeeded attempt is a completed job and any
+    other outcome is a job that did not complete."""
+    if not obs or not obs.get("terminal"):
+        return None
+    if attempt["state"] != "done":
+        return f"the job is {obs['state']} but the attempt stopped in {attempt['state']} (supervisor killed?)"
+    if (attempt["outcome"] == "succeeded") != (obs["state"] == "completed"):
+        return f"the attempt {attempt['outcome']} but the job is {obs['state']}"
+    return None
+
+
 def status_text(view: dict[str, Any]) -> str:
     lines = [attempt_line(view["attempt"]), scheduler_line(view.get("scheduler"))]
+    problem = disagreement(view["attempt"], view.get("scheduler"))
+    if problem:
+        lines.append(f"warning: {problem}")
     if view.get("readiness"):
         lines += readiness_lines(view["readiness"])
     return "\n".join(lines)

@@ -102,3 +102,18 @@ def test_inspect_of_a_missing_dir_is_one_line_exit_2(dd_slurm_exe, tmp_path) -> 
     assert 2 == result.returncode
     assert 1 == len(result.stderr.splitlines())
     assert result.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize(("attempt", "obs", "agrees"), [
+    ({"state": "done", "outcome": "succeeded"}, {"state": "completed", "terminal": True}, True),
+    ({"state": "done", "outcome": "failed"}, {"state": "failed", "terminal": True}, True),
+    ({"state": "done", "outcome": "cancelled"}, {"state": "cancelled", "terminal": True}, True),
+    ({"state": "done", "outcome": "failed"}, {"state": "completed", "terminal": True}, False),
+    ({"state": "client", "outcome": None}, {"state": "timeout", "terminal": True}, False),
+    ({"state": "client", "outcome": None}, {"state": "running", "terminal": False}, True),
+])
+def test_scheduler_and_attempt_agreement(attempt, obs, agrees) -> None:
+    """`status` flags a finished job whose attempt did not end, or whose outcome contradicts it."""
+    from dd_slurm.report import disagreement
+
+    assert agrees == (disagreement(attempt, obs) is None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,7 +13,8 @@ import pytest
 
 from tests.faults.matrix import CELLS, Cell, check_cell_aftermath
 from tests.runtime.harness import no_leftovers, plan_data
-from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
+from dd_slurm.report import disagreement
+from tests.slurm.real_attempt import EXE, submit, wait_job_gone, wait_state
 
 ACTIONS = {
     "scancel": lambda job: ["scancel", job],
@@ -57,3 +59,6 @@ def test_fault_cell_on_the_real_cluster(tmp_path, cell: Cell) -> None:
     wait_state(attempt_dir, ("done",), 150)
     wait_job_gone(job_id)
     check_cell_aftermath(attempt_dir, cell, no_leftovers(attempt_dir.name))
+    view = json.loads(subprocess.run(EXE + ["status", "--json", str(attempt_dir)], capture_output=True, text=True,
+                                     timeout=60, check=True).stdout)
+    assert disagreement(view["attempt"], view["scheduler"]) is None, view
