@@ -20,13 +20,14 @@ install: $(STAMP)
 
 # The README's test command: unit tests plus the real-Slurm tests against the local cluster.
 test: install
-	@if bash $(CLUSTER) up && bash fixtures/demo/client-env.sh; then \
-	    export DD_SLURM_TEST_CLUSTER=up; \
-	else \
+	@cluster=up; bash $(CLUSTER) up || cluster=down; \
+	if [ $$cluster = down ]; then \
 	    echo "!!! The local Slurm cluster could not start: the real-Slurm tests cannot run here. !!!" >&2; \
 	    if [ "$${CI:-}" = "true" ]; then echo "!!! CI=true: failing instead of skipping them. !!!" >&2; exit 1; fi; \
-	    export DD_SLURM_TEST_CLUSTER=down; \
+	else \
+	    bash fixtures/demo/client-env.sh || { echo "!!! could not install the example client environment !!!" >&2; exit 1; }; \
 	fi; \
+	export DD_SLURM_TEST_CLUSTER=$$cluster; \
 	$(BIN)/python -m pytest -n $(WORKERS) -m "not cluster_fault" $(PYTEST_ARGS) && \
 	$(BIN)/python -m pytest -m cluster_fault $(PYTEST_ARGS)
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Optional
 
+from dd_slurm.bundle.manifest import sha256_file
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan import Result
 
@@ -54,12 +54,5 @@ def validate_result(results_dir: Path, spec: Result) -> dict:
     if records is not None and records < spec.min_records:
         raise AttemptFailure("result_too_few_records", f"{spec.path} has {records} records, needs {spec.min_records}")
     return {"path": spec.path, "format": spec.format, "records": records, "bytes": os.path.getsize(path),
-            "sha256": _sha256(path)}
+            "sha256": sha256_file(path)}
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

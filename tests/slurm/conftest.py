@@ -18,15 +18,32 @@ def cluster(*args: str) -> None:
     subprocess.run(["bash", str(CLUSTER), *args], check=True, timeout=180, capture_output=True)
 
 
+def cancel_jobs_named(*prefixes: str) -> None:
+    out = subprocess.run(["squeue", "--noheader", "--format=%A %j"], capture_output=True, text=True, timeout=30)
+    mine = [line.split()[0] for line in out.stdout.splitlines()
+            if line.split() and line.split()[-1].startswith(prefixes)]
+    if mine:
+        subprocess.run(["scancel", *mine], capture_output=True, timeout=30)
+
+
 @pytest.fixture
-def job_prefix(request) -> str:
+def job_prefix() -> str:
     """A job-name prefix no other test uses; the test's jobs are cancelled at the end."""
     prefix = f"ddt-{uuid.uuid4().hex[:8]}-"
     yield prefix
-    out = subprocess.run(["squeue", "--noheader", "--format=%A %j"], capture_output=True, text=True, timeout=30)
-    mine = [line.split()[0] for line in out.stdout.splitlines() if line.split()[-1].startswith(prefix)]
-    if mine:
-        subprocess.run(["scancel", *mine], capture_output=True, timeout=30)
+    cancel_jobs_named(prefix)
+
+
+@pytest.fixture(autouse=True)
+def attempt_prefix() -> str:
+    """Attempts submitted by this test are named t<random>-...; whatever is still queued or running
+    when the test ends is cancelled, so one test's failure cannot disturb another's jobs."""
+    from tests.slurm import real_attempt
+
+    prefix = f"t{uuid.uuid4().hex[:6]}-"
+    real_attempt.PREFIX["current"] = prefix
+    yield prefix
+    cancel_jobs_named(f"dd-{prefix}")
 
 
 @pytest.fixture

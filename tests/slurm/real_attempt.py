@@ -14,11 +14,12 @@ from dd_slurm.machine.journal import current_state, read_journal
 from tests.runtime.harness import plan_data
 
 EXE = [str(Path(sys.executable).parent / "dd-slurm")]
+PREFIX = {"current": "t-"}  # set per test by tests/slurm/conftest.py; its jobs are cancelled after it
 
 
 def submit(tmp_path: Path, data: dict, name: str, env: Optional[dict] = None) -> tuple[Path, str]:
     data = json.loads(json.dumps(data))
-    data["name"] = name
+    data["name"] = PREFIX["current"] + name
     plan = tmp_path / f"{name}.json"
     plan.write_text(json.dumps(data))
     out = subprocess.run(EXE + ["submit", "--json", str(plan), "-w", str(tmp_path / "ws")], capture_output=True,
