@@ -109,4 +109,8 @@ def verify_bundle(bundle_dir: Path, expected_digest: str | None = None) -> list[
             problems.append(f"{rel}: missing")
         elif sha256_file(path) != digest:
             problems.append(f"{rel}: checksum mismatch")
+    listed = set(manifest["files"]) | {MANIFEST_NAME}
+    extra = sorted(str(p.relative_to(bundle_dir)) for p in bundle_dir.rglob("*") if p.is_file()
+                   and str(p.relative_to(bundle_dir)) not in listed)
+    problems += [f"{rel}: not in the manifest" for rel in extra]
     return problems

@@ -16,9 +16,9 @@ from dd_slurm.store.atomic import write_json_atomic
 
 class StepRunner:
     def __init__(self, table: ProcessTable, clock: Clock, attempt_dir: Path, srun: str, job_id: str,
-                 python: str, entry: str, srun_env: Mapping[str, str]) -> None:
+                 interpreter: list[str], entry: str, srun_env: Mapping[str, str]) -> None:
         self.table, self.clock, self.dir = table, clock, Path(attempt_dir)
-        self.srun, self.job_id, self.python, self.entry = srun, job_id, python, entry
+        self.srun, self.job_id, self.interpreter, self.entry = srun, job_id, interpreter, entry
         self.srun_env = dict(srun_env)
         (self.dir / "steps").mkdir(exist_ok=True)
         self.logs = self.dir / "logs"
@@ -26,7 +26,7 @@ class StepRunner:
     def start(self, spec: StepSpec) -> Tracked:
         spec_path = self.dir / "steps" / f"{spec.name}.json"
         write_json_atomic(spec_path, spec.to_json())
-        argv = srun_argv(spec, self.srun, self.job_id, self.python, self.entry, str(spec_path))
+        argv = srun_argv(spec, self.srun, self.job_id, self.interpreter, self.entry, str(spec_path))
         return self.table.spawn(spec.name, argv, {**self.srun_env, "DD_SLURM_ROLE": spec.name},
                                 self.logs / f"{spec.name}.log", str(spec_path.with_suffix(".started.json")))
 
@@ -41,7 +41,7 @@ class StepRunner:
     def on_nodes(self, nodes: tuple[str, ...], command: list[str], name: str, timeout_s: float,
                  role: str = "scan", gres_gpus: int = 0) -> tuple[dict[str, dict], Optional[str]]:
         """Run `entry.py COMMAND` once on each node; per-node JSON answers, and a problem if any."""
-        argv = node_command_argv(self.srun, self.job_id, nodes, self.python, self.entry, command, name, gres_gpus)
+        argv = node_command_argv(self.srun, self.job_id, nodes, self.interpreter, self.entry, command, name, gres_gpus)
         log = self.logs / f"{name}.log"
         log.unlink(missing_ok=True)
         self.table.spawn(name, argv, {**self.srun_env, "DD_SLURM_ROLE": role}, log)

@@ -19,6 +19,7 @@ from dd_slurm.runtime.placement import Placed, place
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout
+from dd_slurm.scheduler.render import interpreter
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.attempt_record import read_record
 
@@ -52,7 +53,8 @@ class Session:
             self.alloc = Allocation.from_environ(self.ambient)
         self.place()
         self.runner = StepRunner(self.table, self.clock, self.dir, self.srun(), self.alloc.job_id,
-                                 self.plan.runtime.python, str(self.bundle_dir / "entry.py"), self.srun_env())
+                                 interpreter(self.plan.runtime.python, str(self.dir)),
+                                 str(self.bundle_dir / "entry.py"), self.srun_env())
 
     def place(self) -> None:
         if not self.placement:

@@ -90,17 +90,18 @@ def client_step(plan: Plan, node: str, layout: Layout, ambient: Mapping[str, str
                     cpus=plan.job.cpus_per_task)
 
 
-def srun_argv(spec: StepSpec, srun: str, job_id: str, python: str, entry: str, spec_path: str) -> list[str]:
+def srun_argv(spec: StepSpec, srun: str, job_id: str, interpreter: list[str], entry: str,
+              spec_path: str) -> list[str]:
     gres = f"gpu:{spec.gres_gpus}" if spec.gres_gpus else "none"
     return [srun, f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={spec.node}", "--overlap",
             f"--gres={gres}", f"--cpus-per-task={spec.cpus}", "--export=NONE", "--kill-on-bad-exit=1",
-            f"--job-name={spec.name}", python, "-I", "-S", entry, "_step", spec_path]
+            f"--job-name={spec.name}", *interpreter, entry, "_step", spec_path]
 
 
-def node_command_argv(srun: str, job_id: str, nodes: tuple[str, ...], python: str, entry: str,
+def node_command_argv(srun: str, job_id: str, nodes: tuple[str, ...], interpreter: list[str], entry: str,
                       command: list[str], name: str, gres_gpus: int = 0) -> list[str]:
     """One task on each of `nodes` (probes before launch, leftover scans in cleanup)."""
     gres = f"gpu:{gres_gpus}" if gres_gpus else "none"
     return [srun, f"--jobid={job_id}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={','.join(nodes)}", "--overlap", f"--gres={gres}", "--cpus-per-task=1", "--export=NONE",
-            f"--job-name={name}", python, "-I", "-S", entry, *command]
+            f"--job-name={name}", *interpreter, entry, *command]

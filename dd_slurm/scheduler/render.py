@@ -80,9 +80,15 @@ def export_list(ctx: ScriptContext, forward: list[str]) -> str:
     return ",".join(names + forward)
 
 
+def interpreter(python: str, attempt_dir: str) -> list[str]:
+    """How the bundle is run: isolated (-I -S), and with bytecode cached only in the attempt's own
+    dir, so what executes is compiled from the verified sources, never from files beside them."""
+    return [python, "-I", "-S", "-X", f"pycache_prefix={attempt_dir}/pycache"]
+
+
 def exec_argv(plan: Plan, ctx: ScriptContext) -> list[str]:
-    return [plan.runtime.python, "-I", "-S", f"{ctx.bundle_dir}/{ENTRY_NAME}", "run", ctx.attempt_dir,
-            "--bundle-digest", ctx.bundle_digest, "--plan-digest", ctx.plan_digest]
+    return [*interpreter(plan.runtime.python, ctx.attempt_dir), f"{ctx.bundle_dir}/{ENTRY_NAME}", "run",
+            ctx.attempt_dir, "--bundle-digest", ctx.bundle_digest, "--plan-digest", ctx.plan_digest]
 
 
 def render_script(plan: Plan, ctx: ScriptContext) -> str:

@@ -87,7 +87,8 @@ def test_step_argument_vector_and_follower_placeholders(tmp_path) -> None:
     expected = ["/usr/bin/srun", "--jobid=77", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--gres=gpu:2",
                 "--cpus-per-task=1", "--export=NONE", "--kill-on-bad-exit=1", "--job-name=deploy-big-0",
                 "/usr/bin/python3", "-I", "-S", "/b/entry.py", "_step", "/s.json"]
-    assert expected == srun_argv(leader, "/usr/bin/srun", "77", "/usr/bin/python3", "/b/entry.py", "/s.json")
+    assert expected == srun_argv(leader, "/usr/bin/srun", "77", ["/usr/bin/python3", "-I", "-S"], "/b/entry.py",
+                                 "/s.json")
 
 
 def test_launcher_narrows_gpus_to_the_placed_slots() -> None:

@@ -18,6 +18,13 @@ def _tamper_bundle(staged) -> None:
     target.write_text(target.read_text() + "\n# tampered\n")
 
 
+def _plant_bytecode(staged) -> None:
+    cache = Path(staged.bundle_dir) / "lib" / "dd_slurm" / "__pycache__"
+    os.chmod(cache.parent, 0o755)
+    cache.mkdir(exist_ok=True)
+    (cache / "plan.cpython-311.pyc").write_bytes(b"planted")
+
+
 def _tamper_plan(staged) -> None:
     path = staged.attempt_dir / "plan.json"
     os.chmod(path, 0o600)
@@ -36,6 +43,7 @@ def _missing_executable(data: dict) -> dict:
 CASES = {
     "tampered bundle file": (lambda d: d, {"before_run": _tamper_bundle}, "bundle_checksum"),
     "tampered plan": (lambda d: d, {"before_run": _tamper_plan}, "plan_digest"),
+    "bytecode planted in the bundle": (lambda d: d, {"before_run": _plant_bytecode}, "bundle_checksum"),
     "8 GPUs per node on 4-GPU nodes": (lambda d: {**d, "job": {**d["job"], "gpus_per_node": 8}}, {"gpus": 4},
                                        "gpu_shape"),
     "fewer nodes than planned": (lambda d: d, {"nodes": ("127.0.2.1",)}, "gpu_shape"),

@@ -77,7 +77,8 @@ def test_running_the_script_touches_only_the_attempt_dir(tmp_path) -> None:
     env = {"PATH": "/usr/bin:/bin", "DD_TEST_ATTEMPT": str(attempt)}
     assert 0 == subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, timeout=10).returncode
     assert {attempt / "argv.txt"} == set(tmp_path.rglob("*")) - before
-    expected = ["-I", "-S", "/ws/bundles/b/entry.py", "run", str(attempt), "--bundle-digest", "b", "--plan-digest", "p"]
+    expected = ["-I", "-S", "-X", f"pycache_prefix={attempt}/pycache", "/ws/bundles/b/entry.py", "run", str(attempt),
+                "--bundle-digest", "b", "--plan-digest", "p"]
     assert expected == (attempt / "argv.txt").read_text().splitlines()
     assert not Path("/tmp/pwned").exists()
 
