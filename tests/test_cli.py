@@ -117,3 +117,42 @@ def test_scheduler_and_attempt_agreement(attempt, obs, agrees) -> None:
     from dd_slurm.report import disagreement
 
     assert agrees == (disagreement(attempt, obs) is None)
+
+
+def _fake_env(fake_slurm) -> dict:
+    import os
+
+    return {**os.environ, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+
+
+@pytest.mark.timeout(120)
+def test_submit_then_status_watch_follows_the_attempt_to_its_end(dd_slurm_exe, fake_slurm, tmp_path) -> None:
+    """On fake Slurm the whole loop runs: submit returns at once, the job really runs the attempt
+    (through fake srun), and `status --watch` prints progress lines until done and terminal."""
+    from tests.runtime.harness import plan_data
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_data("single-node")))
+    env = _fake_env(fake_slurm)
+    out = run(dd_slurm_exe + ["submit", "--json", str(plan), "-w", str(tmp_path / "ws")], env=env)
+    attempt = json.loads(out.stdout)["attempt_dir"]
+    watched = run(dd_slurm_exe + ["status", "--watch", "--interval", "0.2", attempt], env=env)
+    last = watched.stdout.strip().splitlines()[-1]
+    assert 0 == watched.returncode, watched.stderr
+    assert "done" in last and "completed" in last and "succeeded (ok)" in last
+
+
+@pytest.mark.timeout(120)
+def test_advance_stops_at_a_state_and_a_fresh_process_continues(dd_slurm_exe, fake_slurm, tmp_path) -> None:
+    """`advance --until verified` stops there (no process left running); another process's
+    `advance` continues from the journal to done."""
+    from tests.runtime.harness import allocation_env, plan_data, stage_plan
+
+    staged = stage_plan(tmp_path, plan_data("single-node"))
+    env = {**allocation_env(fake_slurm.bin_dir, ("127.0.2.1",), 1), "PATH": "/usr/bin:/bin"}
+    first = run(dd_slurm_exe + ["advance", str(staged.attempt_dir), "--until", "verified"], env=env)
+    assert ("verified", 0) == (first.stdout.strip(), first.returncode), first.stderr
+    second = run(dd_slurm_exe + ["advance", str(staged.attempt_dir)], env=env)
+    assert "done" == second.stdout.strip()
+    summary = json.loads(run(dd_slurm_exe + ["inspect", "--json", str(staged.attempt_dir)]).stdout)["attempt"]
+    assert ("succeeded", "ok") == (summary["outcome"], summary["reason"])

@@ -35,7 +35,7 @@ class Cleanup:
                   "leftovers_found": [], "leftovers_killed": [], "leftovers_after": [], "problems": []}
         before = {name: self.table.poll(name) for name in self.table.procs}
         for phase in phases:
-            self._guarded(report, f"stopping {', '.join(phase)}", lambda p=phase: self._stop(p))
+            self._guarded(report, f"stopping {', '.join(phase)}", lambda p=phase: self._stop(p, report))
         self._guarded(report, "leftover scan", lambda: self._scan(report))
         self._guarded(report, "readiness record", self.finish_readiness)
         self._guarded(report, "process report", lambda: report.__setitem__(
@@ -45,20 +45,25 @@ class Cleanup:
         self._guarded(report, "cleanup report", lambda: write_json_atomic(self.path, report))
         return report
 
-    def _stop(self, names: list[str]) -> None:
+    def _stop(self, names: list[str], report: dict) -> None:
         """SIGTERM through Slurm to each step's task (srun itself would SIGKILL it), wait out the
-        grace, then SIGKILL the step and its srun."""
+        grace, then SIGKILL the step and its srun. One process that resists does not stop the rest."""
         live = [n for n in names if n in self.table.procs and self.table.poll(n) is None]
         for name in live:
-            self._term(name)
+            self._guarded(report, f"SIGTERM to {name}", lambda n=name: self._term(n))
         deadline = self.clock.monotonic() + self.grace_s
         for name in live:
             self.table.wait(name, deadline)
         for name in live:
             if self.table.poll(name) is None:
-                self.signal_step(name, "KILL")
-                self.table.signal_group(name, signal.SIGKILL)
-                self.table.wait(name, self.clock.monotonic() + KILL_WAIT_S)
+                self._guarded(report, f"SIGKILL to {name}", lambda n=name: self._kill(n))
+
+    def _kill(self, name: str) -> None:
+        try:
+            self.signal_step(name, "KILL")
+        finally:
+            self.table.signal_group(name, signal.SIGKILL)
+            self.table.wait(name, self.clock.monotonic() + KILL_WAIT_S)
 
     def _term(self, name: str) -> None:
         if not self.signal_step(name, "TERM"):

@@ -74,8 +74,9 @@ def sbatch(fake: FakeSlurm, argv: list[str]) -> int:
 
 
 def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Optional[str]]) -> None:
-    out = (options.get("--output") or f"slurm-{job_id}.out").replace("%j", job_id)
-    env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": options.get("--job-name") or "", "PATH": "/usr/bin:/bin"}
+    out = (options.get("--output") or f"slurm-{job_id}.out").replace("%%", "\0").replace("%j", job_id).replace("\0", "%")
+    env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": options.get("--job-name") or "", "PATH": "/usr/bin:/bin",
+           **allocation(options)}
     for item in (options.get("--export") or "").split(","):
         name, sep, value = item.partition("=")
         if sep:
@@ -86,6 +87,20 @@ def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Opti
                             env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
                             start_new_session=True, stdin=subprocess.DEVNULL)
     fake.set_job(job_id, pid=proc.pid)
+
+
+FAKE_NODES = ("127.0.2.1", "127.0.2.2", "127.0.2.3")  # loopback addresses: they resolve everywhere
+
+
+def allocation(options: dict[str, Optional[str]]) -> dict[str, str]:
+    """The SLURM_* variables a batch script gets for its --nodes and --gres."""
+    nodes = FAKE_NODES[: int(options.get("--nodes") or 1)]
+    env = {"SLURM_JOB_NODELIST": ",".join(nodes), "SLURM_JOB_NUM_NODES": str(len(nodes)), "SLURMD_NODENAME": nodes[0]}
+    gres = options.get("--gres") or ""
+    if gres.startswith("gpu:"):
+        count = int(gres.split(":")[-1])
+        env.update(SLURM_GPUS_ON_NODE=str(count), CUDA_VISIBLE_DEVICES=",".join(map(str, range(count))))
+    return env
 
 
 def derive(fake: FakeSlurm, job: dict[str, Any]) -> tuple[str, str, str]:

@@ -1,0 +1,82 @@
+"""Cleanup fails safe: what it cannot do it records, and it goes on; running it again is harmless."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+from dd_slurm.clock import Clock
+from dd_slurm.runtime.cleanup import Cleanup
+from dd_slurm.runtime.launch import StepRunner
+from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.scheduler.render import interpreter
+from tests.runtime.harness import no_leftovers, plan_data, stage_plan
+
+NODES = ("127.0.2.1", "127.0.2.2")
+
+
+def _setup(tmp_path, fake_slurm):
+    staged = stage_plan(tmp_path, plan_data("single-node"))
+    clock = Clock()
+    table = ProcessTable(staged.attempt_dir, clock)
+    runner = StepRunner(table, clock, staged.attempt_dir, str(fake_slurm.bin_dir / "srun"), "4242",
+                        interpreter("/usr/bin/python3", str(staged.attempt_dir)), str(staged.bundle_dir / "entry.py"),
+                        {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})
+    env = {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id, "DD_SLURM_ROLE": "server"}
+    table.spawn("server", [sys.executable, "-c", "import time; time.sleep(60)"], env, staged.attempt_dir / "logs" / "s.log")
+    return staged, clock, table, runner
+
+
+def _cleanup(staged, clock, table, runner, signal_step=lambda name, sig: False):
+    return Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id, signal_step, lambda: None)
+
+
+def test_a_process_that_cannot_be_signalled_is_recorded_and_cleared_by_the_scan(tmp_path, fake_slurm) -> None:
+    """Signalling through Slurm fails: cleanup records the problem, still SIGKILLs the process
+    group itself, finishes the scan, and leaves nothing running."""
+    staged, clock, table, runner = _setup(tmp_path, fake_slurm)
+
+    def refuse(name, sig):
+        raise PermissionError(f"scancel refused {sig} for {name}")
+
+    report = _cleanup(staged, clock, table, runner, refuse).run([["server"]], "failed", "test")
+    assert any("SIGTERM to server" in p for p in report["problems"])
+    assert "attention" == report["verdict"]
+    assert [] == no_leftovers(staged.attempt_id)
+
+
+def test_a_node_that_does_not_answer_is_recorded(tmp_path, fake_slurm) -> None:
+    """The leftover scan cannot reach a node: the report says so, and cleanup still finishes
+    (the report is written, the readiness hook runs)."""
+    staged, clock, table, runner = _setup(tmp_path, fake_slurm)
+    fake_slurm.add_fault("srun", exit=1, match="--job-name=scan-kill",
+                         stderr="srun: error: Task launch for StepId=4242.3 failed on node n2: Communication connection failure\n")
+    finished = []
+    report = Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id,
+                     lambda n, s: False, lambda: finished.append(True)).run([["server"]], "failed", "test")
+    assert any("Communication connection failure" in p for p in report["problems"])
+    assert ([True], "attention") == (finished, report["verdict"])
+    assert json.loads((staged.attempt_dir / "cleanup.json").read_text())["problems"] == report["problems"]
+
+
+def test_a_log_dir_that_became_unusable_is_recorded(tmp_path, fake_slurm) -> None:
+    """logs/ replaced by a file mid-run: the scan cannot log, cleanup records it, stops the
+    process anyway and writes its report."""
+    staged, clock, table, runner = _setup(tmp_path, fake_slurm)
+    shutil.rmtree(staged.attempt_dir / "logs")
+    (staged.attempt_dir / "logs").write_text("not a directory")
+    report = _cleanup(staged, clock, table, runner).run([["server"]], "failed", "test")
+    assert any("leftover scan" in p for p in report["problems"])
+    assert "stopped by SIGTERM (exit -15)" == report["processes"][0]["how"]
+    assert (staged.attempt_dir / "cleanup.json").exists()
+
+
+def test_running_cleanup_again_stops_nothing_new(tmp_path, fake_slurm) -> None:
+    """A second run finds nothing alive, signals nothing, and counts itself."""
+    staged, clock, table, runner = _setup(tmp_path, fake_slurm)
+    first = _cleanup(staged, clock, table, runner).run([["server"]], "failed", "test")
+    second = _cleanup(staged, clock, table, runner).run([["server"]], "failed", "test")
+    assert (1, 2) == (first["runs"], second["runs"])
+    assert "exited -15 before cleanup" == second["processes"][0]["how"]
+    assert ("clean", []) == (second["verdict"], second["leftovers_found"])
