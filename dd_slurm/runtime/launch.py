@@ -41,7 +41,9 @@ class StepRunner:
     def on_nodes(self, nodes: tuple[str, ...], command: list[str], name: str, timeout_s: float,
                  role: str = "scan", gres_gpus: int = 0) -> tuple[dict[str, dict], Optional[str]]:
         """Run `entry.py COMMAND` once on each node; per-node JSON answers, and a problem if any."""
-        argv = node_command_argv(self.srun, self.job_id, nodes, self.interpreter, self.entry, command, name, gres_gpus)
+        identity = f"DD_SLURM_ATTEMPT_ID={self.srun_env['DD_SLURM_ATTEMPT_ID']},DD_SLURM_ROLE={role}"
+        argv = node_command_argv(self.srun, self.job_id, nodes, self.interpreter, self.entry, command, name, gres_gpus,
+                                 identity)
         log = self.logs / f"{name}.log"
         log.unlink(missing_ok=True)
         self.table.spawn(name, argv, {**self.srun_env, "DD_SLURM_ROLE": role}, log)

@@ -99,9 +99,10 @@ def srun_argv(spec: StepSpec, srun: str, job_id: str, interpreter: list[str], en
 
 
 def node_command_argv(srun: str, job_id: str, nodes: tuple[str, ...], interpreter: list[str], entry: str,
-                      command: list[str], name: str, gres_gpus: int = 0) -> list[str]:
-    """One task on each of `nodes` (probes before launch, leftover scans in cleanup)."""
+                      command: list[str], name: str, gres_gpus: int = 0, identity: str = "") -> list[str]:
+    """One task on each of `nodes` (probes before launch, leftover scans in cleanup). `identity`
+    is the explicit export list (attempt id and role: plain identifiers, no commas)."""
     gres = f"gpu:{gres_gpus}" if gres_gpus else "none"
     return [srun, f"--jobid={job_id}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}", "--overlap", f"--gres={gres}", "--cpus-per-task=1", "--export=NONE",
-            f"--job-name={name}", *interpreter, entry, *command]
+            f"--nodelist={','.join(nodes)}", "--overlap", f"--gres={gres}", "--cpus-per-task=1",
+            f"--export={identity or 'NONE'}", f"--job-name={name}", *interpreter, entry, *command]

@@ -51,14 +51,20 @@ def attempt_summary(directory: Path) -> dict[str, Any]:
 
 
 def inspect_attempt(directory: Path) -> dict[str, Any]:
+    """A superset of `status --json`, read from disk only: `scheduler` is the last persisted
+    observation (no scheduler call)."""
     entries = read_journal(directory / JOURNAL_NAME)
+    record = read_json(directory / RECORD_NAME)
+    observations = (record or {}).get("observations") or []
+    last = {k: v for k, v in observations[-1].items() if k != "time"} if observations else None
     return {
         "attempt": attempt_summary(directory),
+        "scheduler": last,
         "history": entries,
         "readiness": read_json(directory / READINESS_NAME),
         "endpoints": read_json(directory / ENDPOINTS_NAME),
         "processes": read_json(directory / PROCESSES_NAME),
         "cleanup": read_json(directory / CLEANUP_NAME),
         "result": read_json(directory / MANIFEST_NAME),
-        "record": read_json(directory / RECORD_NAME),
+        "record": record,
     }

@@ -30,9 +30,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def run_step(argv: list[str]) -> int:
     args, command = parse(argv)
-    if args.export != "NONE":
-        print("srun: fake srun insists on --export=NONE", file=sys.stderr)
+    items = [] if args.export == "NONE" else (args.export or "").split(",")
+    if not args.export or any("=" not in item for item in items):
+        print(f"srun: fake srun wants --export=NONE or NAME=value pairs, not {args.export!r}", file=sys.stderr)
         return 1
+    exported = dict(item.split("=", 1) for item in items)
     fake = FakeSlurm(Path(sys.argv[0]).resolve().parent)
     with fake.edit() as state:
         step_id = str(state.setdefault("next_step", {}).setdefault(args.jobid, 0))
@@ -42,7 +44,7 @@ def run_step(argv: list[str]) -> int:
     children = []
     for rank, node in enumerate(nodes):
         env = {"SLURM_JOB_ID": args.jobid, "SLURM_STEP_ID": step_id, "SLURMD_NODENAME": node,
-               "SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": args.nodelist, "PATH": "/usr/bin:/bin"}
+               "SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": args.nodelist, "PATH": "/usr/bin:/bin", **exported}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
             env["SLURM_GPUS_ON_NODE"] = str(gpus)
