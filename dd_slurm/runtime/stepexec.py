@@ -10,7 +10,8 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+
+from dd_slurm.store.atomic import write_json_atomic  # standard library only, like this module
 
 EXIT_NOT_FOUND = 127
 EXIT_GPU_SHAPE = 86
@@ -28,15 +29,6 @@ def start_time(pid: int | str) -> int | None:
 
 def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(value, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def step_environment(spec: dict, slurm_env: dict[str, str]) -> tuple[dict[str, str], str | None]:
@@ -60,7 +52,7 @@ def run_step(spec_path: str) -> int:
               "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
     program = shutil.which(spec["argv"][0], path=env.get("PATH")) if spec["argv"] else None
     record["error"] = gpu_problem or (None if program else f"executable {spec['argv'][:1]} not found on {record['node']}")
-    _write_json(Path(spec_path).with_suffix(".started.json"), record)
+    write_json_atomic(Path(spec_path).with_suffix(".started.json"), record)
     if record["error"]:
         print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)
         return EXIT_GPU_SHAPE if gpu_problem else EXIT_NOT_FOUND

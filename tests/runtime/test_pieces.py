@@ -195,3 +195,33 @@ def test_signals_are_recorded_then_decided_at_the_next_check(signo, expected) ->
         assert ["sigterm"] == gate.unheeded()
     finally:
         gate.uninstall()
+
+
+def test_signals_during_spawns_never_leave_an_untracked_child(tmp_path) -> None:
+    """While another process floods the supervisor with SIGTERM/SIGUSR1, 40 spawns each end up
+    registered (in memory and in processes.json) and are all waited for: handlers only record,
+    so no signal can land between a fork and the registration of its child."""
+    import subprocess
+    import sys
+
+    from dd_slurm.clock import Clock
+    from dd_slurm.runtime.processes import ProcessTable
+
+    gate = SignalGate().install()
+    flood = subprocess.Popen([sys.executable, "-c", (
+        "import os, signal, sys, time\n"
+        "pid = int(sys.argv[1])\n"
+        "for i in range(400):\n"
+        "    os.kill(pid, signal.SIGTERM if i % 2 else signal.SIGUSR1)\n"
+        "    time.sleep(0.002)\n"), str(os.getpid())])
+    table = ProcessTable(tmp_path, Clock())
+    try:
+        for index in range(40):
+            table.spawn(f"child-{index}", ["/bin/true"], {"PATH": "/usr/bin:/bin"}, tmp_path / "log")
+    finally:
+        flood.wait(timeout=30)
+        gate.uninstall()
+    recorded = json.loads((tmp_path / "processes.json").read_text())["processes"]
+    assert 40 == len(table.procs) == len(recorded)
+    assert all(table.wait(name, Clock().monotonic() + 10) == 0 for name in table.procs)
+    assert len(gate.received) > 0
