@@ -67,3 +67,24 @@ def test_controller_down_is_a_clear_tool_failure(dd_slurm_exe) -> None:
     assert 3 == out.returncode
     assert 1 == len(out.stderr.strip().splitlines())
     assert "Unable to contact slurm controller" in out.stderr
+
+
+@pytest.mark.timeout(400)
+def test_a_killed_node_ends_its_job_as_node_fail(tmp_path, job_prefix, real_commands) -> None:
+    """slurmd on n3 killed under a running job: once the controller declares the node dead, the
+    job is observed as node_fail (terminal); the node is brought back afterwards."""
+    from dd_slurm.clock import Clock
+    from dd_slurm.control import query
+    from tests.slurm.conftest import write_script
+
+    script = write_script(tmp_path, "nf", "sleep 600", f"--job-name={job_prefix}nf", "--nodelist=n3",
+                          "--output=/dev/null", "--no-requeue")
+    job = real_commands.submit(script, f"{job_prefix}nf")
+    wait_until(lambda: query([job], real_commands, Clock())[0].state == "running", 60, "the job running on n3")
+    cluster("node-kill", "n3")
+    try:
+        found = wait_until(lambda: (lambda o: o if o.terminal else None)(query([job], real_commands, Clock())[0]),
+                           180, "the job to end after n3 died", interval=2)
+    finally:
+        cluster("node-start", "n3")
+    assert ("node_fail", True) == (found.state, found.terminal), found
