@@ -79,7 +79,3 @@ class AttemptFailure(DdSlurmError):
 
 class VerificationError(AttemptFailure):
     """A check before launch failed; `reason` is the check's code."""
-
-
-class LaunchError(AttemptFailure):
-    """A step could not be started."""

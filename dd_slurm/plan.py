@@ -131,9 +131,6 @@ class Env:
     set: dict[str, str] = attrs.field(factory=dict, validator=_v(_env_set))
     forward: tuple[str, ...] = attrs.field(default=(), validator=_v(F.each(_env_name)))
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(sorted(set(self.set) | set(self.forward)))
-
 
 @attrs.frozen
 class Job:

@@ -66,9 +66,6 @@ class ProcessTable:
                 self.persist()
         return tracked.exit_code
 
-    def running(self) -> list[Tracked]:
-        return [t for t in self.procs.values() if self.poll(t.name) is None]
-
     def signal_group(self, name: str, signo: int) -> bool:
         """Signal the child's process group, only while the child is unreaped (so its pid cannot
         have been reused)."""
