@@ -64,7 +64,7 @@ CELLS = [
     Cell("server_exits_while_loading", "deploying", "single-node", dep_args(0, "--fail-loading", "--exit-code", "3"),
          ("failed", "server_exited_while_loading")),
     Cell("server_crashes_after_ready", "client", "single-node",
-         both(dep_args(0, "--crash-after-s", "1"), SLOW_CLIENT), ("failed", "server_crashed")),
+         both(dep_args(0, "--crash-after-s", "2"), SLOW_CLIENT), ("failed", "server_crashed")),
     Cell("follower_dies", "deploying", "two-deployments", dep_args(0, "--die-after-s", "0.3", key="follower_argv"),
          ("failed", "follower_exited")),
     Cell("follower_dies", "client", "two-deployments",
