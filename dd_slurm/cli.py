@@ -189,13 +189,29 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
                 click.echo(line)
                 last = line[11:]
         if not watch or _finished(view):
+            if watch and not as_json:
+                _explain_stop(view)
             return
         clock.sleep(interval)
 
 
 def _finished(view: dict) -> bool:
-    scheduler = view.get("scheduler") or {}
-    return view["attempt"]["state"] == "done" and (not scheduler or scheduler.get("terminal", False))
+    """Stop watching once the job has ended (the attempt is then done, or never will be), or
+    when there is no job to watch."""
+    scheduler = view.get("scheduler")
+    if scheduler is None:
+        return True
+    return bool(scheduler.get("terminal"))
+
+
+def _explain_stop(view: dict) -> None:
+    from dd_slurm.report import disagreement
+
+    if view.get("scheduler") is None:
+        click.echo("not submitted: nothing to watch")
+    problem = disagreement(view["attempt"], view.get("scheduler"))
+    if problem:
+        click.echo(f"warning: {problem}")
 
 
 @cli.command()

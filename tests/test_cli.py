@@ -156,3 +156,29 @@ def test_advance_stops_at_a_state_and_a_fresh_process_continues(dd_slurm_exe, fa
     assert "done" == second.stdout.strip()
     summary = json.loads(run(dd_slurm_exe + ["inspect", "--json", str(staged.attempt_dir)]).stdout)["attempt"]
     assert ("succeeded", "ok") == (summary["outcome"], summary["reason"])
+
+
+def test_watch_stops_when_there_is_nothing_to_watch(dd_slurm_exe, tmp_path) -> None:
+    """`status --watch` on an attempt that was staged but never submitted prints once and stops."""
+    from tests.runtime.harness import plan_data, stage_plan
+
+    staged = stage_plan(tmp_path, plan_data("single-node"))
+    watched = run(dd_slurm_exe + ["status", "--watch", str(staged.attempt_dir)])
+    assert (0, "not submitted: nothing to watch") == (watched.returncode, watched.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(60)
+def test_watch_stops_and_warns_when_the_job_ended_without_the_attempt(dd_slurm_exe, fake_slurm, tmp_path) -> None:
+    """A job that ended while its attempt never reached done (a killed supervisor): watching
+    stops and says so instead of waiting forever."""
+    from tests.runtime.harness import plan_data
+
+    data = plan_data("single-node")
+    data["runtime"]["python"] = "/bin/false"  # the batch script's exec fails: the supervisor never runs
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    env = _fake_env(fake_slurm)
+    attempt = json.loads(run(dd_slurm_exe + ["submit", "--json", str(plan), "-w", str(tmp_path / "ws")],
+                             env=env).stdout)["attempt_dir"]
+    watched = run(dd_slurm_exe + ["status", "--watch", "--interval", "0.2", attempt], env=env)
+    assert "warning: the job is failed but the attempt stopped in staged" in watched.stdout
