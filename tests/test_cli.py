@@ -182,3 +182,23 @@ def test_watch_stops_and_warns_when_the_job_ended_without_the_attempt(dd_slurm_e
                              env=env).stdout)["attempt_dir"]
     watched = run(dd_slurm_exe + ["status", "--watch", "--interval", "0.2", attempt], env=env)
     assert "warning: the job is failed but the attempt stopped in staged" in watched.stdout
+
+
+def test_malformed_scheduler_output_leaves_persisted_state_unchanged(dd_slurm_exe, fake_slurm, tmp_path) -> None:
+    """squeue printing garbage: `status` exits 3 with one line naming the line of output, and
+    attempt.json is byte for byte what it was."""
+    from tests.runtime.harness import plan_data
+
+    data = plan_data("single-node")
+    data["runtime"]["python"] = "/bin/sleep"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    env = _fake_env(fake_slurm)
+    attempt = json.loads(run(dd_slurm_exe + ["submit", "--json", str(plan), "-w", str(tmp_path / "ws")],
+                             env=env).stdout)["attempt_dir"]
+    before = (tmp_path / "ws" / "attempts" / attempt.rsplit("/", 1)[1] / "attempt.json").read_bytes()
+    fake_slurm.add_fault("squeue", exit=0, stdout="1234|RUNNING\n")
+    result = run(dd_slurm_exe + ["status", "--json", attempt], env=env)
+    assert (3, 1) == (result.returncode, len(result.stderr.splitlines()))
+    assert "squeue line 1" in result.stderr
+    assert before == (tmp_path / "ws" / "attempts" / attempt.rsplit("/", 1)[1] / "attempt.json").read_bytes()
