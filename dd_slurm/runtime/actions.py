@@ -14,7 +14,7 @@ from dd_slurm.runtime.endpoints import ENDPOINTS_NAME, endpoint_map, publish
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.results import MANIFEST_NAME, validate_result
 from dd_slurm.runtime.session import Session
-from dd_slurm.runtime.steps import client_step, deployment_steps
+from dd_slurm.runtime.steps import StepSpec, client_step, deployment_steps
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
 
@@ -27,7 +27,7 @@ class RuntimeActions:
     def __init__(self, session: Session) -> None:
         self.s = session
         self.readiness: Optional[Readiness] = None
-        self.started: list[str] = []  # deployment step names in start order
+        self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order
         self.deadlines: dict[str, float] = {}
         self.client_deadline: Optional[float] = None
 
@@ -71,7 +71,7 @@ class RuntimeActions:
         for dep in s.plan.deployments:
             for spec in deployment_steps(s.plan, dep, s.placement[dep.name], s.layout, s.ambient):
                 s.runner.start(spec)
-                self.started.append(spec.name)
+                self.started[spec.name] = spec
             self.deadlines[dep.name] = s.clock.monotonic() + dep.ready_timeout_s
             self.readiness.move(dep.name, "starting", deadline=s.clock.wall() + dep.ready_timeout_s)
 
@@ -162,20 +162,19 @@ class RuntimeActions:
         if not self.s.gate.received:  # scancel signals steps and batch at once: let ours land
             self.s.clock.sleep(SETTLE_S)
         self.s.gate.check()
-        exited = [n for n in self.started if self.s.table.poll(n) is not None]
-        name = next((n for n in exited if not n.endswith("-0")), exited[0])
-        code = self.s.table.procs[name].exit_code
-        dep = self.s.deployment_of(name)
-        reason = self._exit_reason(name, self.readiness.state(dep) == "ready")
-        self.readiness.move(dep, "failed", detail=f"{name} exited {code}")
-        raise AttemptFailure(reason, f"{name} exited {code}; see logs/{name}.log")
+        exited = [self.started[n] for n in self.started if self.s.table.poll(n) is not None]
+        spec = next((step for step in exited if step.rank > 0), exited[0])
+        code = self.s.table.procs[spec.name].exit_code
+        reason = self._exit_reason(spec, self.readiness.state(spec.deployment) == "ready")
+        self.readiness.move(spec.deployment, "failed", detail=f"{spec.name} exited {code}")
+        raise AttemptFailure(reason, f"{spec.name} exited {code}; see logs/{spec.name}.log")
 
-    def _exit_reason(self, name: str, ready: bool) -> str:
-        record = self.s.runner.started(name)
+    def _exit_reason(self, spec: StepSpec, ready: bool) -> str:
+        record = self.s.runner.started(spec.name)
         if record is None:
             return "launch_failed"
         if record.get("error"):
             return "executable_missing" if "not found" in record["error"] else "gpu_shape"
-        if not name.endswith("-0"):
+        if spec.rank > 0:
             return "follower_exited"
         return "server_crashed" if ready else "server_exited_while_loading"

@@ -15,6 +15,7 @@ from dd_slurm.machine.journal import Journal
 from dd_slurm.runtime.actions import RuntimeActions
 from dd_slurm.runtime.session import Session
 from dd_slurm.runtime.signals import SignalGate
+from dd_slurm.runtime.stepexec import start_time
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store.atomic import write_json_atomic
 
@@ -48,12 +49,10 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
 def process_started_wall(pid: int) -> Optional[float]:
     """Wall-clock start of a process, so interpreter start-up counts: its start ticks since boot
     against CLOCK_BOOTTIME (/proc/stat's btime is whole seconds, too coarse)."""
-    try:
-        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (OSError, ValueError):
+    ticks = start_time(pid)
+    if ticks is None:
         return None
-    return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
+    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def peak_rss_kib() -> Optional[int]:

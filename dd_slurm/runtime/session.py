@@ -96,9 +96,6 @@ class Session:
                          "base_url": f"http://{self.placement[d.name].leader}:{d.port}/v1"}
                 for d in self.plan.deployments}
 
-    def deployment_of(self, step_name: str) -> str:
-        return step_name[len("deploy-"):].rsplit("-", 1)[0]
-
     def signal_step(self, name: str, signal_name: str) -> bool:
         """Signal a step's task through Slurm (scancel --signal); False if the step never started."""
         record = self.runner.started(name) if self.runner else None

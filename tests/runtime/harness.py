@@ -25,18 +25,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def plan_data(name: str = "single-node", **changes) -> dict:
+def plan_data(name: str = "single-node") -> dict:
+    """A fixture plan with free ports (argv uses {port}; the leader/follower coordination port is
+    literal, so both sides get the same fresh one) and a short cleanup grace."""
     data = json.loads((PLANS / f"{name}.json").read_text())
-    ports = {}
     for dep in data["deployments"]:
-        old = dep["port"]
-        dep["port"] = ports[old] = free_port()
-        for key in ("argv", "follower_argv"):
-            if dep.get(key):
-                coord = free_port()
-                dep[key] = [str(ports.get(int(a), a)) if a.isdigit() and int(a) in ports else a for a in dep[key]]
-                if "--coord-port" in dep[key]:
-                    dep[key][dep[key].index("--coord-port") + 1] = ports.setdefault(f"coord-{old}", str(coord))
+        dep["port"] = free_port()
+        coord = str(free_port())
+        for argv in (dep["argv"], dep.get("follower_argv") or []):
+            if "--coord-port" in argv:
+                argv[argv.index("--coord-port") + 1] = coord
     data["runtime"]["cleanup_grace_s"] = 2
     return data
 
