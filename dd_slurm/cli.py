@@ -9,6 +9,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from dd_slurm.errors import EXIT_INVALID, DdSlurmError
+from dd_slurm.machine.table import UNTIL_STATES
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -281,7 +282,7 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
 @cli.command()
 @click.argument("attempt_dir", type=click.Path())
 @click.option("--until", "until", type=click.Choice(
-    ["verified", "preflight", "deploying", "ready", "client", "finalize", "cleanup", "done"]),
+    list(UNTIL_STATES)),
     help="Stop on reaching this state (default: run to done).")
 @_with_digests
 def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan_digest: str | None) -> None:

@@ -21,9 +21,6 @@ from dd_slurm.store.atomic import write_json_atomic
 
 SUPERVISOR_NAME = "supervisor.json"
 
-# States whose processes belonged to a supervisor that is gone: they cannot be adopted.
-UNSUPERVISED = ("preflight", "deploying", "ready", "client", "finalize")
-
 
 def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
                 environ: Mapping[str, str] = os.environ) -> Attempt:
@@ -34,7 +31,7 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
     write_supervisor_record(session.dir, "running")
     try:
         attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
-        if attempt.state in UNSUPERVISED:
+        if attempt.state in T.LIVE_STATES:  # a gone supervisor's processes cannot be adopted
             attempt.fire(T.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
                          detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")
         attempt.advance(until)
