@@ -32,14 +32,15 @@ def cli() -> None:
 @click.argument("plans", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @json_option
 def validate(plans: tuple[str, ...], as_json: bool) -> None:
-    """Strictly validate resolved plan files (exit 2 on the first invalid field of each)."""
+    """Strictly validate resolved plan files (exit 2 on the first invalid field of each); `-` reads stdin."""
     from dd_slurm.errors import PlanError
-    from dd_slurm.plan import load_plan, plan_digest
+    from dd_slurm.plan import load_plan, parse_plan, plan_digest
 
     results, errors = [], []
     for path in plans:
         try:
-            results.append({"plan": path, "valid": True, "digest": plan_digest(load_plan(path))})
+            plan = parse_plan(sys.stdin.buffer.read()) if path == "-" else load_plan(path)
+            results.append({"plan": path, "valid": True, "digest": plan_digest(plan)})
         except PlanError as err:
             results.append({"plan": path, "valid": False, "error": str(err)})
             errors.append(f"error: {path}: {err}" if len(plans) > 1 else f"error: {err}")
@@ -89,6 +90,43 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool) -> None:
     from dd_slurm.report import inspect_text
 
     emit(view, as_json, inspect_text)
+
+
+@cli.command()
+@click.argument("attempt_dir", type=click.Path())
+@click.argument("name", required=False)
+@click.option("-f", "--follow", "follow_", is_flag=True,
+              help="Keep printing what is appended, until the attempt is done and the log stops growing (Ctrl-C stops).")
+@json_option
+def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> None:
+    """Without NAME, the attempt's logs with their sizes; with NAME (batch, supervisor, client,
+    preflight, deploy-<name>-<n>, ...), that log."""
+    from dd_slurm import logs as L
+    from dd_slurm.store.view import attempt_dir as checked_dir
+
+    directory = checked_dir(attempt_dir)
+    if name is None:
+        if follow_:
+            raise click.UsageError("-f needs a log NAME")
+        found = L.list_logs(directory)
+        emit([log.to_json() for log in found], as_json, lambda _: L.listing_text(found, directory))
+        return
+    if as_json:
+        raise click.UsageError("--json lists the logs; it cannot be combined with NAME")
+    path = L.find_log(directory, name)
+
+    def write(chunk: bytes) -> None:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+
+    if not follow_:
+        for chunk in L.read_chunks(path):
+            write(chunk)
+        return
+    try:
+        L.follow(path, lambda: L.attempt_finished(directory), _clock(), write)
+    except KeyboardInterrupt:  # Ctrl-C ends following; not an error
+        sys.stdout.buffer.flush()
 
 
 def _commands(timeout_s: float = 30.0):
@@ -299,9 +337,11 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+    except click.UsageError as err:  # one line and a hint, not click's four
+        command = err.ctx.command_path if err.ctx else "dd-slurm"
+        fail(f"{err.format_message()} (try '{command} --help')", EXIT_INVALID)
     except click.ClickException as err:
-        err.show()
-        sys.exit(EXIT_INVALID if err.exit_code == 2 else err.exit_code)
+        fail(err.format_message(), EXIT_INVALID if err.exit_code == 2 else err.exit_code)
     except click.exceptions.Abort:
         fail("aborted", 130)
     except DdSlurmError as err:

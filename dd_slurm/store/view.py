@@ -17,6 +17,7 @@ CLEANUP_NAME = "cleanup.json"
 PROCESSES_NAME = "processes.json"
 RECORD_NAME = "attempt.json"
 MANIFEST_NAME = "result-manifest.json"
+SUPERVISOR_NAME = "supervisor.json"
 
 
 def attempt_dir(path: str | Path) -> Path:
