@@ -187,69 +187,59 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("plan", type=click.Path(dir_okay=False))
+@click.argument("plan", metavar="PLAN|ATTEMPT_DIR", type=click.Path())
 @workspace_option
 @json_option
-def submit(plan: str, workspace: str, as_json: bool) -> None:
-    """Stage and submit PLAN; returns as soon as Slurm accepts the job."""
+@click.option("--wait", is_flag=True, help="Follow the attempt to its end like `status --watch`; exit 0 if it "
+              "succeeded, 4 otherwise.")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1), help="With --wait.")
+def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float) -> None:
+    """Stage and submit PLAN, or submit an attempt staged earlier; returns as soon as Slurm
+    accepts the job, unless --wait."""
     import os
+    from pathlib import Path
 
-    from dd_slurm.control import submit as do_submit
-
+    if Path(plan).is_dir():
+        from dd_slurm.submit_staged import submit_staged as do_submit
+    else:
+        from dd_slurm.control import submit as do_submit  # type: ignore[assignment]
     out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
-    emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
+    if wait and as_json:  # the whole output is JSON Lines
+        click.echo(json.dumps(out, sort_keys=True))
+    else:
+        emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
+    if wait:
+        sys.exit(_follow(Path(out["attempt_dir"]), _clock(), _commands(), interval, as_json))
 
 
 @cli.command()
 @click.argument("attempt_dir", type=click.Path())
 @json_option
-@click.option("--watch", is_flag=True, help="Keep observing until the attempt and the job have ended.")
+@click.option("--watch", is_flag=True, help="Keep observing until the attempt and the job have ended: a line per "
+              "change, a heartbeat every 30 s; exit 0 if it succeeded, 4 otherwise. With --json: JSON Lines, "
+              "one status object per observation.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
 def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
     """The attempt's state from disk plus a fresh scheduler observation."""
     from dd_slurm.control import status as do_status
-    from dd_slurm.report import progress_line, status_text
-    from dd_slurm.store.attempt_record import read_record
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory, clock, commands = checked_dir(attempt_dir), _clock(), _commands()
-    submitted = read_record(directory).get("submitted_at")
-    last = None
-    while True:
-        view = do_status(directory, commands, clock)
-        if as_json:
-            click.echo(json.dumps(view, sort_keys=True, indent=None if watch else 1))
-        elif not watch:
-            click.echo(status_text(view))
-        else:
-            line = progress_line(view, clock.wall() - submitted if submitted else None)
-            if line[11:] != last:
-                click.echo(line)
-                last = line[11:]
-        if not watch or _finished(view):
-            if watch and not as_json:
-                _explain_stop(view)
-            return
-        clock.sleep(interval)
+    if not watch:
+        from dd_slurm.report import status_text
+
+        emit(do_status(directory, commands, clock), as_json, status_text)
+        return
+    sys.exit(_follow(directory, clock, commands, interval, as_json))
 
 
-def _finished(view: dict) -> bool:
-    """Stop watching once the job has ended (the attempt is then done, or never will be), or
-    when there is no job to watch."""
-    scheduler = view.get("scheduler")
-    if scheduler is None:
-        return True
-    return bool(scheduler.get("terminal"))
+def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
+    from dd_slurm.control import status as do_status
+    from dd_slurm.store.attempt_record import read_record
+    from dd_slurm.watch import follow
 
-
-def _explain_stop(view: dict) -> None:
-    from dd_slurm.report import disagreement
-
-    if view.get("scheduler") is None:
-        click.echo("not submitted: nothing to watch")
-    problem = disagreement(view["attempt"], view.get("scheduler"))
-    if problem:
-        click.echo(f"warning: {problem}")
+    return follow(lambda: do_status(directory, commands, clock), clock, click.echo,
+                  read_record(directory).get("submitted_at"), interval, as_json)
 
 
 @cli.command()
