@@ -76,18 +76,35 @@ def diagram(directory: str, check: bool) -> None:
 @click.argument("attempt_dir", type=click.Path())
 @json_option
 @click.option("--chart", is_flag=True, help="Print a Mermaid statechart with the path this attempt took.")
-def inspect(attempt_dir: str, as_json: bool, chart: bool) -> None:
-    """State, transition history, readiness, endpoints, processes and the cleanup report."""
+@click.option("--timeline", is_flag=True, help="Where the time went: queue wait, each state, each deployment's "
+              "load, and the GPU time spent before the client started.")
+@click.option("--mermaid", "as_mermaid", is_flag=True, help="With --timeline: a Mermaid gantt chart.")
+def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mermaid: bool) -> None:
+    """State, failure and the log to open, history, readiness, endpoints, result, gateway,
+    processes and the cleanup report."""
     from dd_slurm.store.view import attempt_dir as checked_dir, inspect_attempt
 
+    if chart and (as_json or timeline):
+        raise click.UsageError("--chart prints Mermaid; it cannot be combined with --json or --timeline")
+    if as_mermaid and (as_json or not timeline):
+        raise click.UsageError("--mermaid goes with --timeline, without --json")
     directory = checked_dir(attempt_dir)
+    if timeline:
+        from dd_slurm import timeline as TL
+
+        found = TL.load(directory)
+        if as_mermaid:
+            click.echo(TL.mermaid(found), nl=False)
+        else:
+            emit(found.to_json(), as_json, lambda _: TL.table(found))
+        return
     view = inspect_attempt(directory)
     if chart:
         from dd_slurm.machine.diagram import path_chart
 
         click.echo(path_chart(view["history"]), nl=False)
         return
-    from dd_slurm.report import inspect_text
+    from dd_slurm.report_inspect import inspect_text
 
     emit(view, as_json, inspect_text)
 

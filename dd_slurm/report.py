@@ -41,16 +41,6 @@ def cleanup_lines(report: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def inspect_text(view: dict[str, Any]) -> str:
-    lines = [attempt_line(view["attempt"]), "history:"]
-    lines += history_lines(view["history"]) or ["  (no transitions yet)"]
-    lines += readiness_lines(view.get("readiness"))
-    endpoints = view.get("endpoints") or {}
-    lines.append("endpoints: " + (", ".join(sorted(endpoints.get("models", {}))) or "none published"))
-    lines += cleanup_lines(view.get("cleanup"))
-    return "\n".join(lines)
-
-
 def scheduler_line(obs: dict[str, Any] | None) -> str:
     if not obs:
         return "scheduler: not submitted"
