@@ -130,18 +130,18 @@ def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> No
         return
     if as_json:
         raise click.UsageError("--json lists the logs; it cannot be combined with NAME")
-    path = L.find_log(directory, name)
 
     def write(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
 
     if not follow_:
-        for chunk in L.read_chunks(path):
+        for chunk in L.read_chunks(L.find_log(directory, name)):
             write(chunk)
         return
+    finished, clock = (lambda: L.attempt_finished(directory)), _clock()
     try:
-        L.follow(path, lambda: L.attempt_finished(directory), _clock(), write)
+        L.follow(L.await_log(directory, name, finished, clock), finished, clock, write)
     except KeyboardInterrupt:  # Ctrl-C ends following; not an error
         sys.stdout.buffer.flush()
 

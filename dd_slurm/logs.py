@@ -128,6 +128,19 @@ def follow(path: Path, finished: Callable[[], bool], clock: Clock, write: Callab
         clock.sleep(interval_s)
 
 
+def await_log(attempt_dir: Path, name: str, finished: Callable[[], bool], clock: Clock,
+              interval_s: float = 0.5) -> Path:
+    """For following: a log that is not there yet (the job is pending, the client has not started)
+    is waited for while the attempt can still write it."""
+    while True:
+        try:
+            return find_log(attempt_dir, name)
+        except InvalidInput:
+            if finished():
+                raise
+        clock.sleep(interval_s)
+
+
 def attempt_finished(attempt_dir: Path) -> bool:
     """Nothing more will be written: the attempt is done, or its supervisor has exited."""
     from dd_slurm.store.view import SUPERVISOR_NAME, attempt_summary, read_json

@@ -144,3 +144,20 @@ def test_cli_follow_stops_cleanly_on_ctrl_c(dd_slurm_exe, tmp_path) -> None:
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert (0, b"", b"") == (proc.returncode, out, err)
+
+
+def test_following_waits_for_a_log_that_appears_later(tmp_path) -> None:
+    """`-f client` before the client started: wait for its log while the attempt runs; a name
+    that never appears is an error once the attempt is finished."""
+    from dd_slurm.logs import await_log
+
+    directory = attempt(tmp_path, {"batch-77.out": b""})
+
+    class Appearing(FakeClock):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            (directory / "logs" / "client.log").write_bytes(b"x\n")
+
+    assert "client.log" == await_log(directory, "client", lambda: False, Appearing()).name
+    with pytest.raises(InvalidInput):
+        await_log(directory, "deploy-x-0", lambda: True, FakeClock())
