@@ -112,8 +112,8 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mer
 @cli.command()
 @click.argument("attempt_dir", type=click.Path())
 @click.argument("name", required=False)
-@click.option("-f", "--follow", "follow_", is_flag=True,
-              help="Keep printing what is appended, until the attempt is done and the log stops growing (Ctrl-C stops).")
+@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing what is appended, until the "
+              "attempt is done and the log stops growing (Ctrl-C stops).")
 @json_option
 def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> None:
     """Without NAME, the attempt's logs with their sizes; with NAME (batch, supervisor, client,
@@ -122,28 +122,13 @@ def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> No
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory = checked_dir(attempt_dir)
-    if name is None:
-        if follow_:
-            raise click.UsageError("-f needs a log NAME")
+    if name is None and not follow_:
         found = L.list_logs(directory)
         emit([log.to_json() for log in found], as_json, lambda _: L.listing_text(found, directory))
-        return
-    if as_json:
-        raise click.UsageError("--json lists the logs; it cannot be combined with NAME")
-
-    def write(chunk: bytes) -> None:
-        sys.stdout.buffer.write(chunk)
-        sys.stdout.buffer.flush()
-
-    if not follow_:
-        for chunk in L.read_chunks(L.find_log(directory, name)):
-            write(chunk)
-        return
-    finished, clock = (lambda: L.attempt_finished(directory)), _clock()
-    try:
-        L.follow(L.await_log(directory, name, finished, clock), finished, clock, write)
-    except KeyboardInterrupt:  # Ctrl-C ends following; not an error
-        sys.stdout.buffer.flush()
+    elif name is None or as_json:
+        raise click.UsageError("-f needs a log NAME" if name is None else "--json lists the logs; not with NAME")
+    else:
+        L.show(directory, name, follow_, _clock(), sys.stdout.buffer)
 
 
 def _commands(timeout_s: float = 30.0):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import BinaryIO, Callable, Iterator, Optional
 
 import attrs
 
@@ -47,8 +47,7 @@ def list_logs(attempt_dir: Path) -> list[LogFile]:
     """Every log of the attempt, the batch log first; a later job's batch log wins the name `batch`."""
     entries = _regular(Path(attempt_dir) / LOG_DIR)
     batch = sorted((e for e in entries if _BATCH.match(e.name)), key=lambda e: (e.stat().st_mtime, e.name))
-    found = [LogFile(f"batch-{_BATCH.match(e.name).group(1)}", Path(e.path), e.stat().st_size)  # type: ignore[union-attr]
-             for e in batch[:-1]]
+    found = [LogFile(e.name.rsplit(".", 1)[0], Path(e.path), e.stat().st_size) for e in batch[:-1]]
     if batch:
         note = "" if any(e.name == "supervisor.log" for e in entries) else "the supervisor's output"
         found.insert(0, LogFile("batch", Path(batch[-1].path), batch[-1].stat().st_size, note))
@@ -83,8 +82,8 @@ def listing_text(logs: list[LogFile], attempt_dir: Path) -> str:
     if not logs:
         return f"no logs yet in {Path(attempt_dir) / LOG_DIR}"
     width = max(len(log.name) for log in logs)
-    return "\n".join(f"{log.name:<{width}}  {human_size(log.size):>10}  {log.path}" + (f"  ({log.note})" if log.note else "")
-                     for log in logs)
+    return "\n".join(f"{log.name:<{width}}  {human_size(log.size):>10}  {log.path}"
+                     + (f"  ({log.note})" if log.note else "") for log in logs)
 
 
 def _open(path: Path) -> Optional[int]:
@@ -149,3 +148,23 @@ def attempt_finished(attempt_dir: Path) -> bool:
         return True
     supervisor = read_json(Path(attempt_dir) / SUPERVISOR_NAME)
     return isinstance(supervisor, dict) and supervisor.get("state") == "exited"
+
+
+def show(attempt_dir: Path, name: str, follow_: bool, clock: Clock, out: BinaryIO) -> None:
+    """Print one log; with `follow_`, until the attempt is finished (Ctrl-C ends it quietly)."""
+
+    def write(chunk: bytes) -> None:
+        out.write(chunk)
+        out.flush()
+
+    if not follow_:
+        for chunk in read_chunks(find_log(attempt_dir, name)):
+            write(chunk)
+        return
+    def finished() -> bool:
+        return attempt_finished(attempt_dir)
+
+    try:
+        follow(await_log(attempt_dir, name, finished, clock), finished, clock, write)
+    except KeyboardInterrupt:  # Ctrl-C ends following; not an error
+        out.flush()

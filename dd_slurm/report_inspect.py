@@ -28,7 +28,7 @@ def log_to_open(reason: str, detail: str, readiness: Optional[dict[str, Any]]) -
         if reason.startswith(prefix):
             return log
     for name in sorted(((readiness or {}).get("deployments") or {}), key=len, reverse=True):
-        if detail.startswith(f"{name} ") or detail.startswith(f"{name}:"):
+        if detail.startswith((f"{name} ", f"{name}:")):
             return f"deploy-{name}-0"
     return "batch"
 
@@ -39,29 +39,32 @@ def failure_lines(view: dict[str, Any]) -> list[str]:
         return []
     detail = str(entry.get("detail") or "")
     log = log_to_open(str(entry.get("reason") or ""), detail, view.get("readiness"))
-    return [f"failure: {entry.get('reason')} in {entry.get('from')}" + (f": {detail}" if detail else ""),
-            f"  log to open: dd-slurm logs {view['attempt']['dir']} {log}"]
+    first = f"failure: {entry.get('reason')} in {entry.get('from')}" + (f": {detail}" if detail else "")
+    return [first, f"  log to open: dd-slurm logs {view['attempt']['dir']} {log}"]
 
 
 def result_lines(manifest: Optional[dict[str, Any]], attempt_dir: str) -> list[str]:
     if not isinstance(manifest, dict):
         return ["result: none recorded"]
-    return [f"result: {attempt_dir}/results/{manifest.get('path')} ({manifest.get('format')}, {manifest.get('records')} records, "
-            f"{manifest.get('bytes')} bytes)", f"  sha256 {manifest.get('sha256')}"]
+    where = f"{attempt_dir}/results/{manifest.get('path')}"
+    size = f"{manifest.get('format')}, {manifest.get('records')} records, {manifest.get('bytes')} bytes"
+    return [f"result: {where} ({size})", f"  sha256 {manifest.get('sha256')}"]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def endpoint_state(view: dict[str, Any]) -> str:
     """`withdrawn` once cleanup withdrew them, whatever endpoints.json still says."""
-    endpoints = view.get("endpoints") if isinstance(view.get("endpoints"), dict) else {}
-    readiness = view.get("readiness") if isinstance(view.get("readiness"), dict) else {}
+    endpoints, readiness = _dict(view.get("endpoints")), _dict(view.get("readiness"))
     if readiness.get("endpoints") == "withdrawn" or endpoints.get("state") == "withdrawn":
         return "withdrawn"
     return str(endpoints.get("state") or readiness.get("endpoints") or "none")
 
 
 def endpoint_lines(view: dict[str, Any]) -> list[str]:
-    endpoints = view.get("endpoints") if isinstance(view.get("endpoints"), dict) else {}
-    models = endpoints.get("models") if isinstance(endpoints.get("models"), dict) else {}
+    models = _dict(_dict(view.get("endpoints")).get("models"))
     state = endpoint_state(view)
     if not models:
         return [f"endpoints: {state if state != 'none' else 'none published'}"]

@@ -80,9 +80,9 @@ def state_rows(moves: list[tuple[str, str, float]], job_start: Optional[float]) 
     for source, dest, ts in moves:
         if source in PHASES and source in entered and source != dest:
             rows.append(Row(PHASES[source], entered.pop(source), ts, "attempt"))
-        if source == "verified" or (source == "staged" and dest != "verified"):
-            if job_start is not None:
-                rows.append(Row("verification", job_start, ts, "attempt"))
+        leaves_verification = source == "verified" or (source == "staged" and dest != "verified")
+        if leaves_verification and job_start is not None:
+            rows.append(Row("verification", job_start, ts, "attempt"))
         if dest != source:
             entered[dest] = ts
     return rows

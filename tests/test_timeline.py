@@ -45,9 +45,10 @@ def test_gpu_time_stops_when_the_client_starts() -> None:
     assert pytest.approx(6 * (client_at - started)) == found.gpu_seconds_before_client
 
 
-JSONISH = st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
-                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                       max_leaves=20)
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20)
 ENTRY = st.fixed_dictionaries({"kind": st.just("transition"), "from": st.sampled_from(["staged", "verified", "client"]),
                                "to": st.sampled_from(["verified", "client", "cleanup", "done"]),
                                "ts": st.floats(min_value=0, max_value=2e9)})
