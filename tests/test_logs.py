@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from dd_slurm.clock import FakeClock
 from dd_slurm.errors import InvalidInput
@@ -161,3 +162,19 @@ def test_following_waits_for_a_log_that_appears_later(tmp_path) -> None:
     assert "client.log" == await_log(directory, "client", lambda: False, Appearing()).name
     with pytest.raises(InvalidInput):
         await_log(directory, "deploy-x-0", lambda: True, FakeClock())
+
+
+@settings(max_examples=50)
+@given(st.text(max_size=40))
+def test_any_name_resolves_inside_logs_or_is_refused(name: str) -> None:
+    """Whatever NAME a user types: a regular file directly in logs/, or InvalidInput; never a path
+    elsewhere, never another error."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = attempt(Path(tmp))
+        try:
+            found = find_log(directory, name)
+        except InvalidInput:
+            return
+        assert found.parent == directory / "logs" and found.is_file() and not found.is_symlink()
