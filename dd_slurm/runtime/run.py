@@ -18,6 +18,7 @@ from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import start_time
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store.atomic import write_json_atomic
+from dd_slurm.timeline import write_timeline
 
 SUPERVISOR_NAME = "supervisor.json"
 
@@ -37,6 +38,8 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
         attempt.advance(until)
         for reason in gate.unheeded():  # journaled as ignored: cleanup was not restarted or aborted
             attempt.fire(T.FAILURE_TRIGGER, reason=reason)
+        if attempt.state == T.TERMINAL:
+            write_timeline(session.dir)  # timeline.md: where the time went (never raises)
         return attempt
     finally:
         gate.uninstall()

@@ -17,6 +17,8 @@ CLEANUP_NAME = "cleanup.json"
 PROCESSES_NAME = "processes.json"
 RECORD_NAME = "attempt.json"
 MANIFEST_NAME = "result-manifest.json"
+SUPERVISOR_NAME = "supervisor.json"
+GATEWAY_STATS_NAME = "gateway-stats.json"
 
 
 def attempt_dir(path: str | Path) -> Path:
@@ -66,5 +68,6 @@ def inspect_attempt(directory: Path) -> dict[str, Any]:
         "processes": read_json(directory / PROCESSES_NAME),
         "cleanup": read_json(directory / CLEANUP_NAME),
         "result": read_json(directory / MANIFEST_NAME),
+        "gateway": read_json(directory / GATEWAY_STATS_NAME),
         "record": record,
     }
