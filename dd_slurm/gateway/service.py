@@ -13,6 +13,7 @@ What the supervisor watches:
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -72,6 +73,7 @@ class Service:
         self.state = {"schema": STATE_SCHEMA, "pid": os.getpid(), "host": self.config.host, "port": port, "url": base,
                       "models": {alias: f"{base}/{alias}/v1" for alias in self.pools}, "started_at": self.started_at}
         self.publish("serving")
+        gc.freeze()  # the long-lived objects made so far are never collected: shorter GC passes
         log(f"serving {', '.join(self.state['models'].values())}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -111,8 +111,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._headers_buffer.append(b"\r\n" + body)  # head and body in one send, as uvicorn writes them
+        self.flush_headers()
 
     def authorized(self) -> bool:
         """vLLM's check: with a key set, /v1/* needs `Authorization: Bearer <key>` (else 401)."""
