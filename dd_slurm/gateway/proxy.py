@@ -124,6 +124,11 @@ class Proxy:
             if len(excluded) == len(pool.replicas):
                 return self._refuse(writer, head if body is None else _read(head), pool, start, 502, error_body(
                     f"no replica of {pool.alias!r} accepted a connection", "api_error", "replica_unreachable"))
+        if reader.at_eof():  # the client left while it waited: generate nothing for nobody
+            replica.keep(conn, self.now())
+            pool.stats.error("client_gone")
+            pool.release(replica)
+            return False
         return await self._exchange(reader, writer, head, pool, replica, conn, path, body, start)
 
     async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: Head,

@@ -177,6 +177,24 @@ def test_a_wait_longer_than_the_queue_timeout_answers_429(world) -> None:
                                               len(backend.requests))
 
 
+def test_a_client_that_left_the_queue_sends_nothing_to_a_replica(world) -> None:
+    """A queued request whose client closed its connection is dropped when its turn comes: the
+    replica sees only the request that was in flight."""
+    backend = held(world.backend())
+    gateway = world.gateway({"m": [replica(backend, max_inflight=1)]})
+    world.client(gateway).send("/m/v1/completions")
+    wait_for(lambda: len(backend.requests) == 1)
+    leaving = Client(gateway.port)
+    leaving.send("/m/v1/completions")
+    probe = world.client(gateway)
+    wait_for(lambda: json.loads(probe.request("/_gateway/stats", None, method="GET")[2])["aliases"]["m"]["peak_queue"])
+    leaving.close()
+    backend.release.set()
+    stats = lambda: json.loads(probe.request("/_gateway/stats", None, method="GET")[2])["aliases"]["m"]
+    wait_for(lambda: stats()["errors"].get("client_gone") == 1)
+    assert 1 == len(backend.requests)
+
+
 @pytest.mark.parametrize("status", [429, 503])
 def test_replica_429_and_503_pass_through_unchanged(world, status) -> None:
     """A replica's own 429/503 reaches the client as sent: status, Retry-After and body."""
