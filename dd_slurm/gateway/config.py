@@ -21,6 +21,9 @@ TOP_KEYS = {"schema", "listen", "aliases", "queue_limit", "queue_timeout_s", "st
             "state_path", "stats_path", "retry_after_s", "connect_timeout_s"}
 
 
+CONFIG_NAME, STATE_NAME, STATS_NAME = "gateway.json", "gateway-state.json", "gateway-stats.json"
+
+
 class ConfigError(ValueError):
     """A config field is wrong; the message starts with its path."""
 
@@ -58,6 +61,21 @@ class GatewayConfig:
     api_key_var: str | None = None
     retry_after_s: int = 1
     connect_timeout_s: float = 10.0
+
+
+def for_attempt(attempt_dir: str, models: dict[str, list[dict]], max_inflight: dict[str, int],
+                gateway: Any = None, api_key_var: str | None = None, port: int = 0) -> GatewayConfig:
+    """The attempt's gateway config. `models`: alias -> replicas as endpoints.json lists them
+    ({deployment, replica, base_url}); `max_inflight`: per deployment name; `gateway`: the plan's
+    gateway record (queue_limit, queue_timeout_s, stall_timeout_s) or None for the defaults."""
+    aliases = {alias: tuple(ReplicaTarget(r["deployment"], r["replica"], r["base_url"],
+                                          max_inflight.get(r["deployment"], 256)) for r in replicas)
+               for alias, replicas in models.items()}
+    settings = {} if gateway is None else {"queue_limit": gateway.queue_limit,
+                                           "queue_timeout_s": float(gateway.queue_timeout_s),
+                                           "stall_timeout_s": gateway.stall_timeout_s}
+    return GatewayConfig(aliases=aliases, state_path=f"{attempt_dir}/{STATE_NAME}",
+                         stats_path=f"{attempt_dir}/{STATS_NAME}", port=port, api_key_var=api_key_var, **settings)
 
 
 def to_json(config: GatewayConfig) -> dict:

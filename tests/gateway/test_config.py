@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dd_slurm.gateway.config import ConfigError, GatewayConfig, ReplicaTarget, dump, load
+from dd_slurm.gateway.config import ConfigError, GatewayConfig, ReplicaTarget, dump, for_attempt, load
 from tests.gateway.backends import ROOT
 
 pytestmark = pytest.mark.timeout(60)
@@ -53,3 +53,20 @@ def test_bad_config_file_is_one_error_line_and_exit_2(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-m", "dd_slurm.gateway", str(path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=30)
     assert (2, 1, True) == (done.returncode, len(done.stderr.splitlines()), done.stderr.startswith(f"error: {path}: "))
+
+
+def test_for_attempt_builds_from_the_endpoint_replicas_and_the_plan_settings() -> None:
+    """The runtime's helper: endpoints.json replicas + per-deployment caps + the plan's gateway
+    object give the config, with the state and stats files in the attempt dir."""
+    class PlanGateway:
+        queue_limit, queue_timeout_s, stall_timeout_s = 4, 2, None
+
+    models = {"m": [{"deployment": "d", "replica": 0, "base_url": "http://10.0.0.1:8000/v1"},
+                    {"deployment": "d", "replica": 1, "base_url": "http://10.0.0.1:8001/v1"}]}
+    config = for_attempt("/ws/a", models, {"d": 2}, PlanGateway(), "DD_KEY")
+    assert (config.aliases["m"][1], config.state_path, config.stats_path, config.queue_limit, config.stall_timeout_s,
+            config.api_key_var) == (ReplicaTarget("d", 1, "http://10.0.0.1:8001/v1", 2), "/ws/a/gateway-state.json",
+                                    "/ws/a/gateway-stats.json", 4, None, "DD_KEY")
+    assert config == load(dump(config).decode())
+    assert (1024, 30.0, 300.0) == (lambda c: (c.queue_limit, c.queue_timeout_s, c.stall_timeout_s))(
+        for_attempt("/ws/a", models, {}))
