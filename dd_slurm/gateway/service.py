@@ -50,7 +50,10 @@ class Service:
         return report(self.pools.values(), self.clock.wall(), self.started_at)
 
     def write_stats(self) -> None:
-        write_json_atomic(self.config.stats_path, self.stats(), mode=0o644)
+        try:
+            write_json_atomic(self.config.stats_path, self.stats(), mode=0o644)
+        except OSError as err:
+            log(f"error: stats_path: cannot write {self.config.stats_path} ({err.strerror})")
 
     def publish(self, state: str) -> None:
         self.state.update(state=state, updated_at=self.clock.wall(), stalled=self.stalled)
