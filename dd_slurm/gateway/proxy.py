@@ -65,6 +65,12 @@ class Proxy:
             writer.write(http1.simple_response(err.status, error_body(str(err), "invalid_request_error", "bad_request"),
                                                close=True))
             return False
+        if any(name == b"expect" for name, _ in head.headers) and head.length != 0:
+            writer.write(CONTINUE)
+        body = None
+        if 0 <= head.length <= PREREAD_MAX:  # read now, so that a refusal can keep the connection
+            body = await reader.readexactly(head.length)
+            head = _read(head)
         target = head.start[1]
         alias = target[1:].split(b"/", 1)[0]
         pool = self.pools.get(alias) if target[:1] == b"/" else None
@@ -74,7 +80,7 @@ class Proxy:
         if self.auth is not None and not self._authorized(head):
             return self._refuse(writer, head, pool, start, 401, error_body(
                 "missing or wrong API key (Authorization: Bearer ...)", "invalid_request_error", "invalid_api_key"))
-        return await self._forward(reader, writer, head, pool, target[len(alias) + 1:] or b"/", start)
+        return await self._forward(reader, writer, head, body, pool, target[len(alias) + 1:] or b"/", start)
 
     def _authorized(self, head: Head) -> bool:
         for name, line in head.headers:
@@ -96,22 +102,20 @@ class Proxy:
     def _refuse(self, writer: asyncio.StreamWriter, head: Head, pool: AliasPool, start: float, status: int,
                 body: bytes, extra: tuple[bytes, ...] = ()) -> bool:
         """A response of the gateway's own; the connection stays only if no request body is left unread."""
-        keep = head.length <= 0 and not head.close
+        keep = head.length == 0 and not head.close
         writer.write(http1.simple_response(status, body, list(extra), close=not keep))
         pool.stats.respond(status, self.now() - start)
         return keep
 
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: Head,
-                       pool: AliasPool, path: bytes, start: float) -> bool:
-        if any(name == b"expect" for name, _ in head.headers) and head.length != 0:
-            writer.write(CONTINUE)
-        body = await reader.readexactly(head.length) if 0 <= head.length <= PREREAD_MAX else None
+                       body: bytes | None, pool: AliasPool, path: bytes, start: float) -> bool:
+        """`body`: the request body when it was read already (None: relayed as it arrives)."""
         excluded: frozenset[int] = frozenset()
         while True:
             try:
                 replica = await pool.acquire(excluded)
             except Rejected as rejected:
-                return self._refuse(writer, head if body is None else _read(head), pool, start, 429, error_body(
+                return self._refuse(writer, head, pool, start, 429, error_body(
                     f"model alias {pool.alias!r} is at capacity ({rejected.code.replace('_', ' ')}); retry later",
                     "rate_limit_error", rejected.code), (self.retry_after,))
             try:
@@ -122,7 +126,7 @@ class Proxy:
                 pool.release(replica, failed=True)
                 excluded |= {replica.index}
             if len(excluded) == len(pool.replicas):
-                return self._refuse(writer, head if body is None else _read(head), pool, start, 502, error_body(
+                return self._refuse(writer, head, pool, start, 502, error_body(
                     f"no replica of {pool.alias!r} accepted a connection", "api_error", "replica_unreachable"))
         if reader.at_eof():  # the client left while it waited: generate nothing for nobody
             replica.keep(conn, self.now())
@@ -145,6 +149,7 @@ class Proxy:
         except ClientGone:
             return self._abandon(pool, replica, conn, "client_gone")
         except UPSTREAM_ERRORS as err:
+            keep = body is not None and not head.close  # a streamed body may be left half read
             conn.writer.close()
             replica.stats.error("no_response")
             pool.release(replica, failed=True)
@@ -152,11 +157,11 @@ class Proxy:
                 counters.respond(502, self.now() - start)
             writer.write(http1.simple_response(502, error_body(
                 f"replica {replica.target.name} of {pool.alias!r} failed after the request was sent "
-                f"({type(err).__name__}); not resent", "api_error", "replica_failed"), close=head.close))
-            return not head.close
+                f"({type(err).__name__}); not resent", "api_error", "replica_failed"), close=not keep))
+            return keep
         status = http1.status_of(response)
         try:
-            reusable = await self._relay_response(conn, replica, writer, head, response)
+            reusable, client_keep = await self._relay_response(conn, replica, writer, head, response)
         except ClientGone:
             return self._abandon(pool, replica, conn, "client_gone")
         except UPSTREAM_ERRORS:
@@ -169,7 +174,7 @@ class Proxy:
         else:
             conn.writer.close()
         pool.release(replica)
-        return reusable is not None and not writer.is_closing()
+        return client_keep and not writer.is_closing()
 
     def _abandon(self, pool: AliasPool, replica: Replica, conn: Upstream, why: str) -> bool:
         """The exchange cannot finish: close the replica connection (a replica stops generating for a
@@ -190,9 +195,8 @@ class Proxy:
             # 1xx interim responses: the client did not ask for them (Expect was answered here)
 
     async def _relay_response(self, conn: Upstream, replica: Replica, writer: asyncio.StreamWriter,
-                              request: Head, response: Head) -> bool | None:
-        """Relay the response. True: the upstream connection can be reused; False: it cannot;
-        None: neither can the client connection."""
+                              request: Head, response: Head) -> tuple[bool, bool]:
+        """Relay the response; whether the upstream and the client connection can be kept."""
         dechunk = response.length == CHUNKED and request.start[2] == b"HTTP/1.0"
         to_close = request.close or response.length == UNTIL_CLOSE or dechunk
         drop = frozenset({b"transfer-encoding"}) if dechunk else frozenset()
@@ -214,7 +218,7 @@ class Proxy:
             else:
                 await self._relay_bytes(conn.reader, replica, writer, length)
         await _pace(writer)
-        return None if to_close else not response.close
+        return not response.close, not to_close
 
     async def _relay_chunks(self, reader: asyncio.StreamReader, replica: Replica, writer: asyncio.StreamWriter,
                             dechunk: bool) -> None:

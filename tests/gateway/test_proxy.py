@@ -219,6 +219,18 @@ def test_api_key_is_required_and_passed_on(world) -> None:
     assert [b"authorization: bearer k-123" in r.lower() for r in backend.requests] == [True]
 
 
+def test_a_refused_request_with_an_unread_body_closes_the_connection(world) -> None:
+    """A 401 for a chunked request whose body was not read closes the connection (the unread body
+    must not be taken for the next request); a pre-read body keeps it open."""
+    gateway = world.gateway({"m": [replica(world.backend())]}, env={"GW_KEY": "k"}, api_key_var="GW_KEY")
+    client = world.client(gateway)
+    status, headers, _ = client.request("/m/v1/completions")
+    assert (401, None) == (status, headers.get("connection"))
+    client.sock.sendall(b"POST /m/v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+    status, headers, _ = client.receive()
+    assert (401, "close") == (status, headers.get("connection"))
+
+
 def test_missing_key_variable_stops_the_gateway(tmp_path) -> None:
     """A configured key variable that is not set is a configuration error: exit 2, one error line."""
     gateway = Gateway(tmp_path, {"m": [replica(closed_port())]}, api_key_var="GW_KEY")
