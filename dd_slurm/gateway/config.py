@@ -82,7 +82,8 @@ def to_json(config: GatewayConfig) -> dict:
     """The config file's content (what `load` reads back)."""
     return {
         "schema": SCHEMA, "listen": {"host": config.host, "port": config.port},
-        "aliases": {alias: {"replicas": [attrs.asdict(r) for r in replicas]} for alias, replicas in config.aliases.items()},
+        "aliases": {alias: {"replicas": [attrs.asdict(r) for r in replicas]}
+                    for alias, replicas in config.aliases.items()},
         "queue_limit": config.queue_limit, "queue_timeout_s": config.queue_timeout_s,
         "stall_timeout_s": config.stall_timeout_s, "api_key_var": config.api_key_var,
         "state_path": config.state_path, "stats_path": config.stats_path,

@@ -101,8 +101,8 @@ class Processes:
 
 def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int]) -> int:
     config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
-              "aliases": {"m": {"replicas": [{"deployment": "bench", "replica": i, "base_url": f"http://127.0.0.1:{p}/v1"}
-                                             for i, p in enumerate(ports)]}},
+              "aliases": {"m": {"replicas": [{"deployment": "bench", "replica": i,
+                                              "base_url": f"http://127.0.0.1:{p}/v1"} for i, p in enumerate(ports)]}},
               "state_path": str(tmp / f"{name}-state.json"), "stats_path": str(tmp / f"{name}-stats.json"),
               "stall_timeout_s": 60}
     (tmp / f"{name}.json").write_text(json.dumps(config))
@@ -157,7 +157,8 @@ def _measure(row: Callable[..., dict], procs: Processes, tmp: Path) -> list[dict
                      "--capacity", str(CAPACITY), "--latency-s", str(LATENCY_S)])
     for port in ports:
         wait_listening(port)
-    setups = {"direct, 1 replica": [(ports[0], PATH)], "direct, 4 replicas (client spreads)": [(p, PATH) for p in ports],
+    setups = {"direct, 1 replica": [(ports[0], PATH)],
+              "direct, 4 replicas (client spreads)": [(p, PATH) for p in ports],
               "gateway, 1 replica": [(start_gateway(procs, tmp, "gw1", ports[:1]), "/m" + PATH)],
               "gateway, 4 replicas": [(start_gateway(procs, tmp, "gw4", ports), "/m" + PATH)]}
     nginx = start_nginx(procs, tmp, ports)

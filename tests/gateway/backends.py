@@ -134,7 +134,8 @@ def closed_port() -> int:
 class Gateway:
     """`python -m dd_slurm.gateway CONFIG` in a throwaway process."""
 
-    def __init__(self, tmp: Path, aliases: dict[str, list[dict]], env: dict[str, str] | None = None, **settings) -> None:
+    def __init__(self, tmp: Path, aliases: dict[str, list[dict]], env: dict[str, str] | None = None,
+                 **settings) -> None:
         self.state_path, self.stats_path = tmp / "gateway-state.json", tmp / "gateway-stats.json"
         config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
                   "aliases": {a: {"replicas": r} for a, r in aliases.items()},

@@ -36,7 +36,8 @@ def test_dump_then_load_is_the_same_config() -> None:
     ({"aliases": {"m": {"replicas": [{"deployment": "d", "replica": 0, "base_url": "https://h:1"}]}}},
      "aliases.m.replicas[0].base_url: must be http://HOST:PORT or http://HOST:PORT/v1"),
     ({"aliases": {"m": {"replicas": [{"deployment": "d", "replica": 0, "base_url": "http://h:1",
-                                      "max_inflight": 0}]}}}, "aliases.m.replicas[0].max_inflight: must be an integer >= 1"),
+                                      "max_inflight": 0}]}}},
+     "aliases.m.replicas[0].max_inflight: must be an integer >= 1"),
 ])
 def test_bad_fields_are_named(change, message) -> None:
     """Each wrong field is reported by its path."""

@@ -20,7 +20,8 @@ def test_bundle_entry_runs_the_gateway_without_site_packages(tmp_path) -> None:
     port, forwards a request, and exits 0 on SIGTERM with its stats written."""
     _digest, bundle = ensure_bundle(tmp_path / "ws")
     backend = Backend(answer())
-    config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0}, "aliases": {"m": {"replicas": [replica(backend)]}},
+    config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
+              "aliases": {"m": {"replicas": [replica(backend)]}},
               "state_path": str(tmp_path / "state.json"), "stats_path": str(tmp_path / "stats.json")}
     (tmp_path / "gateway.json").write_text(json.dumps(config))
     proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", str(bundle / "entry.py"), "_gateway",
