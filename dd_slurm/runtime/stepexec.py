@@ -144,5 +144,9 @@ def main(argv: list[str]) -> int:
         return probe(rest[0])
     if command == "_scan":
         return scan(rest[0], "--kill" in rest)
+    if command == "_gateway":  # the gateway process: standard library asyncio + attrs (bundled)
+        from dd_slurm.gateway.__main__ import main as gateway_main
+
+        return gateway_main(rest)
     print(f"unknown node command {command}", file=sys.stderr)
     return 2
