@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ignore-sigterm-s", type=float, default=0.0, help="after SIGTERM, keep running this long")
     p.add_argument("--never-healthy", action="store_true", help="keep loading forever")
     p.add_argument("--die-after-s", type=float, default=None, help="follower: exit --exit-code after this")
+    p.add_argument("--api-key-env", default=None,
+                   help="when this variable is set, /v1/* requires `Authorization: Bearer <its value>` (as VLLM_API_KEY)")
     return p.parse_args(argv)
 
 
@@ -102,7 +104,17 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def unauthorized(self) -> bool:
+        """vLLM's API-key check: /v1/* only (/health stays open), 401 with an OpenAI error body."""
+        key = self.server.api_key
+        if not key or not self.path.startswith("/v1") or self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self.reply(401, json.dumps({"error": "Unauthorized"}).encode())
+        return True
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.unauthorized():
+            return
         if self.path == "/health":
             self.reply(200, b"", "text/plain")
         elif self.path == "/v1/models":
@@ -114,6 +126,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
+        if self.unauthorized():
+            self.rfile.read(length)
+            return
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
@@ -134,6 +149,7 @@ class ModelServer(ThreadingHTTPServer):
         super().__init__((args.host, args.port), Handler)
         self.model = args.model
         self.args = args
+        self.api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
         self.requests = 0
         self.lock = threading.Lock()
 
