@@ -147,3 +147,19 @@ def test_probe_checks_the_expanded_program_on_the_steps_own_path(tmp_path, fake_
     missing, staged = run(tmp_path / "again", fake_slurm, data)
     program = f"{staged.attempt_dir}/bin/python3" if where == "attempt_dir" else "my-python"
     assert ("executable_missing", f"{program} not found on 127.0.2.1") == (missing.reason, missing.detail)
+
+
+def test_followers_of_an_automatic_port_replica_get_the_leaders_port(tmp_path, fake_slurm) -> None:
+    """A two-node deployment with port null: its leader chooses the port on its node; the follower
+    starts once that port is published and sees it as {port}; the attempt succeeds."""
+    data = plan_data("two-deployments")
+    data["deployments"][0]["port"] = None
+    data["deployments"][0]["follower_argv"] += ["--port", "{port}"]
+    attempt, staged = run(tmp_path, fake_slurm, data)
+    assert ("succeeded", "ok") == (attempt.outcome, attempt.reason)
+    steps = staged.attempt_dir / "steps"
+    leader = json.loads((steps / "deploy-big-0.started.json").read_text())
+    follower = json.loads((steps / "deploy-big-0-1.json").read_text())
+    assert (True, str(leader["port"])) == (leader["port"] >= 1024, follower["values"]["port"])
+    assert follower["argv"][-2:] == ["--port", "{port}"]
+    assert [] == no_leftovers(staged.attempt_id)

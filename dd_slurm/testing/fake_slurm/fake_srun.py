@@ -47,7 +47,7 @@ def run_step(argv: list[str]) -> int:
     children = []
     for rank, node in enumerate(nodes):
         env = {"SLURM_JOB_ID": args.jobid, "SLURM_STEP_ID": step_id, "SLURMD_NODENAME": node,
-               "SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": args.nodelist, "PATH": "/usr/bin:/bin", **exported}
+               "SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": args.nodelist, **exported}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
             env["SLURM_GPUS_ON_NODE"] = str(gpus)
