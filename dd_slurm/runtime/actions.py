@@ -34,6 +34,7 @@ class RuntimeActions:
         self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
         self.ports: dict[str, int] = {}  # replica name -> its port (fixed, or published by its leader)
         self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
+        self.gateway_base: Optional[str] = None  # e.g. "http://127.0.0.1:PORT" once a gateway serves
         self.client_deadline: Optional[float] = None
 
     # staged -> verified
@@ -145,11 +146,17 @@ class RuntimeActions:
     def _start(self, spec: StepSpec) -> None:
         self.s.runner.start(spec, self.s.passed(spec))
 
-    def publish(self, state: str) -> None:
-        """endpoints.json from what is known now. The gateway's base URL goes to endpoint_map here."""
+    def replica_urls(self) -> dict[str, str]:
+        """Replica name -> its base URL, for every replica whose port is known (all of them once
+        deployments_ready has passed): what a gateway routes each alias to."""
         ports = {u.name: self.ports.get(u.name, u.port) for u in self.s.placement}
-        urls = {u.name: f"http://{u.leader}:{ports[u.name]}/v1" for u in self.s.placement if ports[u.name] is not None}
-        publish(self.s.dir / ENDPOINTS_NAME, endpoint_map(self.s.plan, self.s.placement, urls, state))
+        return {u.name: f"http://{u.leader}:{ports[u.name]}/v1" for u in self.s.placement if ports[u.name] is not None}
+
+    def publish(self, state: str) -> None:
+        """endpoints.json from what is known now; with `gateway_base` set, each alias's `url` is
+        the gateway's (endpoints.logical_url)."""
+        publish(self.s.dir / ENDPOINTS_NAME,
+                endpoint_map(self.s.plan, self.s.placement, self.replica_urls(), state, self.gateway_base))
 
     def _replica_ready(self, unit: Placed) -> bool:
         """Healthy (200 on its health path), then, once, its listener proven ours and its served

@@ -30,7 +30,8 @@ def probe_health(host: str, port: int, path: str, key: Optional[str] = None, tim
         return {"ok": False, "status": None, "error": f"{type(err).__name__}: {err}"[:200]}
 
 
-def served_models(host: str, port: int, key: Optional[str] = None, timeout_s: float = 5.0) -> tuple[list[str], Optional[str]]:
+def served_models(host: str, port: int, key: Optional[str] = None,
+                  timeout_s: float = 5.0) -> tuple[list[str], Optional[str]]:
     """The model ids `/v1/models` lists, or a problem (status, connection, shape); never raises."""
     try:
         status, body = _get(host, port, "/v1/models", key, timeout_s)

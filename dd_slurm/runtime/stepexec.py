@@ -61,21 +61,23 @@ def choose_port(address: str, avoid: list[int], tries: int = 20) -> int | None:
     return None
 
 
-def launch_plan(spec: dict, env: dict[str, str], node: str) -> tuple[str, list[str], dict, str | None]:
+def launch_plan(spec: dict, env: dict[str, str], node: str,
+                address: str) -> tuple[str, list[str], dict, tuple[str, str] | None]:
     """The program found on the step's own PATH, the expanded argv, what to record about it (the
-    port), and a problem if it cannot run."""
+    port), and (reason, problem) if it cannot run."""
     from dd_slurm.fields import expand  # standard library only
 
     values = dict(spec.get("values") or {})
     if spec.get("choose_port"):
-        port = choose_port(node_address(), list(spec.get("avoid_ports") or []))
+        port = choose_port(address, list(spec.get("avoid_ports") or []))
         if port is None:
-            return "", [], {"port": None}, f"no free port on {node}"
+            return "", [], {"port": None}, ("port_busy", f"no free port on {node}")
         values["port"] = str(port)
     argv = [expand(a, values) for a in spec["argv"]]
     noted = {"port": int(values["port"])} if spec.get("rank") == 0 and "port" in values else {}
     program = shutil.which(argv[0], path=env.get("PATH")) if argv else None
-    return program or "", argv, noted, None if program else f"executable {argv[:1]} not found on {node}"
+    missing = ("executable_missing", f"executable {argv[:1]} not found on {node}")
+    return program or "", argv, noted, None if program else missing
 
 
 def run_step(spec_path: str) -> int:
@@ -85,9 +87,9 @@ def run_step(spec_path: str) -> int:
               "pgid": os.getpgid(0), "sid": os.getsid(0),
               "job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID"),
               "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
-    program, argv, noted, problem = launch_plan(spec, env, record["node"])
-    kind = "gpu_shape" if gpu_problem else ("port_busy" if "port" in noted else "executable_missing") if problem else None
-    record.update(noted, error=gpu_problem or problem, error_kind=kind)
+    program, argv, noted, problem = launch_plan(spec, env, record["node"], node_address())
+    kind, problem = ("gpu_shape", gpu_problem) if gpu_problem else problem or (None, None)
+    record.update(noted, error=problem, error_kind=kind)
     write_json_atomic(Path(spec_path).with_suffix(".started.json"), record)
     if record["error"]:
         print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)
@@ -125,11 +127,12 @@ def probe(request_path: str) -> int:
     mine = request["nodes"].get(node, {})
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
     address = node_address()
+    own_path = os.environ.get("PATH", "")
     missing = [e["program"] for e in mine.get("executables", [])
-               if not shutil.which(e["program"], path=e["path"] if e.get("path") is not None else os.environ.get("PATH", ""))]
+               if not shutil.which(e["program"], path=own_path if e.get("path") is None else e["path"])]
     result = {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p, address)],
-              "missing_executables": missing,
-              "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0, "slurm_gpus": os.environ.get("SLURM_GPUS_ON_NODE")}
+              "missing_executables": missing, "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0,
+              "slurm_gpus": os.environ.get("SLURM_GPUS_ON_NODE")}
     print(json.dumps(result), flush=True)
     return 0
 

@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--never-healthy", action="store_true", help="keep loading forever")
     p.add_argument("--die-after-s", type=float, default=None, help="follower: exit --exit-code after this")
     p.add_argument("--api-key-env", default=None,
-                   help="when this variable is set, /v1/* requires `Authorization: Bearer <its value>` (as VLLM_API_KEY)")
+                   help="when this variable is set, /v1/* needs `Authorization: Bearer <its value>` (VLLM_API_KEY)")
     return p.parse_args(argv)
 
 

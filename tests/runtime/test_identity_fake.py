@@ -123,28 +123,33 @@ def test_served_model_missing_from_v1_models_is_server_identity(tmp_path, fake_s
     assert not (staged.attempt_dir / "steps" / "client.json").exists()
 
 
-@pytest.mark.parametrize("where", ["attempt_dir", "plan_path"])
+@pytest.mark.parametrize("where", ["attempt_dir", "plan_path", "forwarded_path"])
 def test_probe_checks_the_expanded_program_on_the_steps_own_path(tmp_path, fake_slurm, where) -> None:
-    """argv[0] `{attempt_dir}/bin/python3`, or a bare name found only on the plan's own PATH,
-    passes the pre-launch probe and runs; a missing one is executable_missing naming it."""
+    """argv[0] `{attempt_dir}/bin/python3`, or a bare name found only on the PATH the plan sets
+    or forwards, passes the pre-launch probe and runs; a missing one is executable_missing naming it."""
     data = plan_data("single-node")
     bin_dir = tmp_path / "plan-bin"
     bin_dir.mkdir()
     (bin_dir / "my-python").symlink_to("/usr/bin/python3")
+    extra = {}
     if where == "attempt_dir":
         data["client"]["argv"][0] = "{attempt_dir}/bin/python3"
     else:
         data["client"]["argv"][0] = "my-python"
+    if where == "plan_path":
         data["client"]["env"]["set"]["PATH"] = f"{bin_dir}:/usr/bin:/bin"
+    if where == "forwarded_path":
+        data["client"]["env"]["forward"] = ["PATH"]
+        extra["PATH"] = f"{bin_dir}:/usr/bin:/bin"
 
     def link_python(staged) -> None:
         (staged.attempt_dir / "bin").mkdir()
         (staged.attempt_dir / "bin" / "python3").symlink_to("/usr/bin/python3")
 
-    attempt, _staged = run(tmp_path, fake_slurm, data, before_run=link_python)
+    attempt, _staged = run(tmp_path, fake_slurm, data, before_run=link_python, **extra)
     assert ("succeeded", "ok") == (attempt.outcome, attempt.reason)
     (bin_dir / "my-python").unlink()
-    missing, staged = run(tmp_path / "again", fake_slurm, data)
+    missing, staged = run(tmp_path / "again", fake_slurm, data, **extra)
     program = f"{staged.attempt_dir}/bin/python3" if where == "attempt_dir" else "my-python"
     assert ("executable_missing", f"{program} not found on 127.0.2.1") == (missing.reason, missing.detail)
 

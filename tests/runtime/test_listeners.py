@@ -139,10 +139,12 @@ def test_launcher_expands_the_chosen_port_and_records_it() -> None:
     """With choose_port the launcher picks the port, expands {port} with it (literal braces stay)
     and records it; the program is looked up on the step's own PATH."""
     spec = {"argv": ["python3", "--port", "{port}", "{{x}}"], "values": {}, "choose_port": True, "rank": 0}
-    program, argv, noted, problem = launch_plan(spec, {"PATH": "/usr/bin"}, "127.0.0.1")
+    program, argv, noted, problem = launch_plan(spec, {"PATH": "/usr/bin"}, "n1", "127.0.0.1")
     assert ("/usr/bin/python3", ["python3", "--port", str(noted["port"]), "{x}"], None) == (program, argv, problem)
-    program, _argv, _noted, problem = launch_plan(spec, {"PATH": "/nowhere"}, "127.0.0.1")
-    assert ("", "executable ['python3'] not found on 127.0.0.1") == (program, problem)
+    program, _argv, _noted, problem = launch_plan(spec, {"PATH": "/nowhere"}, "n1", "127.0.0.1")
+    assert ("", ("executable_missing", "executable ['python3'] not found on n1")) == (program, problem)
+    _program, _argv, noted, problem = launch_plan(spec, {"PATH": "/usr/bin"}, "n1", "203.0.113.7")
+    assert ({"port": None}, ("port_busy", "no free port on n1")) == (noted, problem)
 
 
 LEADER = StepSpec(name="deploy-small-0", node="n1", argv=("x",), values={}, env={}, deployment="small",
