@@ -55,7 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--die-after-s", type=float, default=None, help="follower: exit --exit-code after this")
     p.add_argument("--capacity", type=int, default=None, help="requests served at once; the rest wait")
     p.add_argument("--latency-s", type=float, default=0.0, help="time each completion takes")
-    p.add_argument("--api-key-var", default=None, help="environment variable holding the key /v1/* requires")
+    p.add_argument("--api-key-var", "--api-key-env", dest="api_key_var", default=None,
+                   help="environment variable holding the key /v1/* requires (vLLM's VLLM_API_KEY)")
     p.add_argument("--request-log", default=None, help="append one JSON line per completion request")
     p.add_argument("--stall-after-requests", type=int, default=None, help="requests after the Nth never answer")
     return p.parse_args(argv)
@@ -138,6 +139,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
+        if self.unauthorized():
+            self.rfile.read(length)
+            return
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:

@@ -15,10 +15,11 @@ from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("plan", ["single-node", "two-deployments"])
+@pytest.mark.parametrize("plan", ["single-node", "two-deployments", "replicas"])
 def test_plan_succeeds_on_the_real_cluster(tmp_path, plan: str) -> None:
-    """The one-node plan, and the plan with a deployment across n1+n2 (leader + follower) and one
-    on n3, end `succeeded` with results validated, a clean cleanup and no process left anywhere."""
+    """The one-node plan, the plan with a deployment across n1+n2 (leader + follower) and one on
+    n3, and three replicas of one alias with automatic ports and the attempt key, end `succeeded`
+    with results validated, a clean cleanup and no process left anywhere."""
     attempt_dir, job_id = submit(tmp_path, plan_data(plan), f"e2e-{plan}")
     wait_state(attempt_dir, ("done",), 150)
     wait_job_gone(job_id)
@@ -29,6 +30,9 @@ def test_plan_succeeds_on_the_real_cluster(tmp_path, plan: str) -> None:
     if plan == "two-deployments":
         nodes = {json.loads(p.read_text())["node"] for p in (attempt_dir / "steps").glob("deploy-*.started.json")}
         assert {"n1", "n2", "n3"} == nodes
+    if plan == "replicas":
+        replicas = read(attempt_dir, "endpoints.json")["models"]["small-model"]["replicas"]
+        assert [0, 1, 2] == [r["replica"] for r in replicas] and 3 == len({r["base_url"] for r in replicas})
     assert [] == no_leftovers(attempt_dir.name)
 
 
