@@ -20,6 +20,15 @@ def pytest_generate_tests(metafunc) -> None:
         metafunc.parametrize("cluster", clusters, ids=[c.version for c in clusters])
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """A cluster_fault test stops daemons of its own cluster only: with `--dist loadgroup` each
+    cluster's run one after another on one worker, while different clusters' run side by side."""
+    for item in items:
+        params = getattr(item, "callspec", None) and item.callspec.params
+        if "cluster_fault" in item.keywords and params and "cluster" in params:
+            item.add_marker(pytest.mark.xdist_group(f"cluster-{params['cluster'].version}"))
+
+
 def cancel_jobs_named(cluster: Cluster, *prefixes: str) -> None:
     out = subprocess.run([cluster.tool("squeue"), "--noheader", "--format=%A %j"], capture_output=True, text=True,
                          timeout=30)
