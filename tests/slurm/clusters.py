@@ -67,6 +67,8 @@ def probe(wanted: Optional[str]) -> tuple[str, list[str]]:
             up.append(f"{fields[0]}={fields[1].partition('=')[2]}")
         else:
             down.append(line)
+    if not up and not down and out.stderr.strip():
+        down.append(out.stderr.strip().splitlines()[-1])
     return " ".join(up), down
 
 

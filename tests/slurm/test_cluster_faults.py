@@ -33,28 +33,28 @@ def _status(exe, attempt_dir, cluster):
 def test_accounting_lag_while_slurmdbd_is_down_then_resolved(tmp_path, dd_slurm_exe, cluster) -> None:
     """slurmdbd down: a finished job that left squeue is accounting_lag (non-terminal); past its
     reconcile deadline it is lost (terminal); once slurmdbd is back the replayed sacct record wins."""
+    status = lambda attempt: _status(dd_slurm_exe, attempt, cluster)  # noqa: E731
     cluster.control("dbd-stop")
     try:
         attempts = {}
         for name, deadline in (("lag-long", 600.0), ("lag-short", 5.0)):
-            out = subprocess.run(dd_slurm_exe + ["submit", "--json", str(_plan(tmp_path, name, deadline)),
-                                                 "-w", str(tmp_path / "ws")], capture_output=True, text=True, timeout=90,
-                                 env=cluster.env())
+            argv = ["submit", "--json", str(_plan(tmp_path, name, deadline)), "-w", str(tmp_path / "ws")]
+            out = subprocess.run(dd_slurm_exe + argv, capture_output=True, text=True, timeout=90, env=cluster.env())
             assert 0 == out.returncode, out.stderr
             attempts[name] = json.loads(out.stdout)["attempt_dir"]
         for attempt in attempts.values():
-            _status(dd_slurm_exe, attempt, cluster)  # seen in squeue: the deadline counts from here
-        long = wait_until(lambda: (lambda s: s if s["source"] == "none" else None)(_status(dd_slurm_exe, attempts["lag-long"], cluster)),
+            status(attempt)  # seen in squeue: the deadline counts from here
+        long = wait_until(lambda: (lambda s: s if s["source"] == "none" else None)(status(attempts["lag-long"])),
                           180, "the finished job to leave squeue", interval=3)
         assert ("accounting_lag", False) == (long["state"], long["terminal"])
         assert long["reason"].startswith("sacct failed")
-        short = wait_until(lambda: (lambda s: s if s["state"] == "lost" else None)(_status(dd_slurm_exe, attempts["lag-short"], cluster)),
+        short = wait_until(lambda: (lambda s: s if s["state"] == "lost" else None)(status(attempts["lag-short"])),
                            60, "lost after the short deadline", interval=2)
         assert short["terminal"]
     finally:
         cluster.control("dbd-start")
     for attempt in attempts.values():
-        done = wait_until(lambda a=attempt: (lambda s: s if s["source"] == "sacct" else None)(_status(dd_slurm_exe, a, cluster)),
+        done = wait_until(lambda a=attempt: (lambda s: s if s["source"] == "sacct" else None)(status(a)),
                           120, "sacct to replay the record", interval=3)
         assert ("completed", True, 0) == (done["state"], done["terminal"], done["exit_code"])
 

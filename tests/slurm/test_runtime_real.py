@@ -82,8 +82,8 @@ def test_plan_needing_8_gpus_per_node_on_4_gpu_nodes(tmp_path, cluster) -> None:
     data = plan_data("single-node")
     data["job"]["gpus_per_node"] = 8
     staged = stage(parse_plan(json.dumps(data)), tmp_path / "ws", Clock())
-    job = subprocess.run([cluster.tool("sbatch"), "--parsable", "--gres=gpu:4", str(staged.script)], capture_output=True,
-                         text=True, check=True)
+    job = subprocess.run([cluster.tool("sbatch"), "--parsable", "--gres=gpu:4", str(staged.script)],
+                         capture_output=True, text=True, check=True)
     _fails_verification(staged.attempt_dir, job.stdout.strip(), "gpu_shape")
 
 
