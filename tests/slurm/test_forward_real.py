@@ -16,7 +16,7 @@ DUMP = ("import json, os; json.dump({{n: os.environ.get(n) for n in ('DDT_FORWAR
 
 
 @pytest.mark.timeout(180)
-def test_a_forwarded_variable_reaches_the_client_through_submit(tmp_path) -> None:
+def test_a_forwarded_variable_reaches_the_client_through_submit(tmp_path, cluster) -> None:
     """The plan forwards DDT_FORWARDED; `dd-slurm submit` runs with it (and another variable the
     plan does not name) in its environment; the client, started by the runtime inside the job,
     writes what it sees: the forwarded value, and nothing for the other."""
@@ -24,7 +24,7 @@ def test_a_forwarded_variable_reaches_the_client_through_submit(tmp_path) -> Non
     data["client"].update(argv=["/usr/bin/python3", "-c", DUMP], preflight_argv=None,
                           env={"set": {}, "forward": ["DDT_FORWARDED"]},
                           result={"path": "seen.json", "format": "json", "min_records": 1})
-    env = {**os.environ, "DDT_FORWARDED": "value from the login node", "DDT_NOT_FORWARDED": "stays home"}
+    env = {**cluster.env(), "DDT_FORWARDED": "value from the login node", "DDT_NOT_FORWARDED": "stays home"}
     attempt_dir, job_id = submit(tmp_path, data, "forward", env=env)
     wait_state(attempt_dir, ("done",), 150)
     wait_job_gone(job_id)

@@ -28,13 +28,13 @@ def _plan(tmp_path: Path, name: str, **client) -> Path:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("extra", "code", "end"), [([], 0, "=> succeeded (ok), exit 0"),
                                                     (["--exit-code", "3"], 4, "=> failed (client_failed), exit 4")])
-def test_submit_wait_exits_with_the_outcome(tmp_path, extra, code, end) -> None:
+def test_submit_wait_exits_with_the_outcome(tmp_path, cluster, extra, code, end) -> None:
     """`submit --wait` on Slurm: the attempt dir, the job, watch lines with H:MM:SS elapsed, then
     the outcome; exit 0 for success, 4 for a failing client; timeline.md is there at the end."""
     argv = plan_data("single-node")["client"]["argv"] + extra
     plan = _plan(tmp_path, f"wait{code}", argv=argv)
     out = subprocess.run(EXE + ["submit", "--wait", "--interval", "0.5", str(plan), "-w", str(tmp_path / "ws")],
-                         capture_output=True, text=True, timeout=170)
+                         capture_output=True, text=True, timeout=170, env=cluster.env())
     lines = out.stdout.splitlines()
     assert code == out.returncode, out.stdout + out.stderr
     assert lines[1].startswith("submitted batch job ") and lines[2].startswith("[0:00:0")
