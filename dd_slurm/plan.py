@@ -147,6 +147,9 @@ class Plan:
                     f"needs {dep.gpus_per_node} GPUs per node but job.gpus_per_node is {self.job.gpus_per_node}",
                     f"{where}.gpus_per_node",
                 )
+        if self.client.env.api_key_var is None and any(d.env.api_key_var for d in self.deployments):
+            raise F.FieldError("required when a deployment sets env.api_key_var: the client must present the "
+                               "attempt key to the gateway", ".client.env.api_key_var")
         from dd_slurm.plan_fit import check_fit
 
         check_fit(self)

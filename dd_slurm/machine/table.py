@@ -42,9 +42,10 @@ FORWARD: tuple[Edge, ...] = (
          doc="bundle and plan checksums, GPU shape, hosts, paths, ports"),
     Edge("start_preflight", "verified", "preflight", doc="the zero-GPU client preflight starts first"),
     Edge("deploy", "preflight", "deploying", guard="preflight_passed", doc="preflight exited 0"),
-    Edge("mark_ready", "deploying", "ready", guard="deployments_ready", action="publish_endpoints",
-         doc="every deployment healthy before its deadline; endpoints published"),
-    Edge("start_client", "ready", "client", doc="the client runs against the endpoints"),
+    Edge("mark_ready", "deploying", "ready", guard="deployments_ready",
+         doc="every replica healthy and proven ours before its deadline"),
+    Edge("start_client", "ready", "client", guard="gateway_serving", action="publish_endpoints",
+         doc="the gateway serves each alias; endpoints published with its logical URLs"),
     Edge("finalize", "client", "finalize", guard="client_succeeded", doc="client exited 0 in time"),
     Edge("clean_up", "finalize", "cleanup", guard="results_valid", action="note_success",
          doc="result validated, manifest written"),
@@ -64,6 +65,7 @@ EDGES: tuple[Edge, ...] = FORWARD + FAILURES
 ON_ENTER: dict[str, str] = {
     "preflight": "launch_preflight",
     "deploying": "launch_deployments",
+    "ready": "launch_gateway",
     "client": "launch_client",
     "cleanup": "run_cleanup",
 }

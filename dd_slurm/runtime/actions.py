@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
-from dd_slurm.runtime import verify
+from dd_slurm.runtime import gateway_step, verify
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import ENDPOINTS_NAME, endpoint_map, publish
@@ -107,6 +107,26 @@ class RuntimeActions:
                 s.clock.sleep(POLL_S)
         return True
 
+    # ready -> client: the gateway in front of every replica
+    def launch_gateway(self) -> None:
+        s = self.s
+        config = gateway_step.write_config(s.plan, s.placement, self.replica_urls(), s.dir)
+        self._start(gateway_step.gateway_spec(s.plan, s.alloc.batch_node, s.layout, s.runner.interpreter,
+                                              s.runner.entry, config))
+
+    def gateway_serving(self) -> bool:
+        deadline = self.s.clock.monotonic() + gateway_step.START_TIMEOUT_S
+        while self.gateway_base is None:
+            self.s.gate.check()
+            self.check_alive()
+            self.gateway_base = gateway_step.served_base(self.s.dir, self.s.runner.started(gateway_step.GATEWAY_STEP))
+            if self.gateway_base is None and self.s.clock.monotonic() > deadline:
+                raise AttemptFailure("gateway_failed", f"the gateway did not serve within "
+                                     f"{gateway_step.START_TIMEOUT_S:g}s; see logs/{gateway_step.GATEWAY_STEP}.log")
+            if self.gateway_base is None:
+                self.s.clock.sleep(POLL_S)
+        return True
+
     def publish_endpoints(self) -> None:
         self.publish("ready")
         self.readiness.endpoints("published")
@@ -136,7 +156,7 @@ class RuntimeActions:
             s.prepare()
         except Exception:  # noqa: BLE001 - cleanup still stops what this process started
             pass
-        phases = [["client", "preflight"], list(reversed(self.started))]
+        phases = [["client", "preflight"], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
         grace = s.plan.runtime.cleanup_grace_s if s.plan else 10.0
         nodes = s.alloc.nodes if s.alloc else ()
         Cleanup(s.dir, s.table, s.runner, s.clock, grace, nodes, s.attempt_id, s.signal_step,
@@ -244,8 +264,14 @@ class RuntimeActions:
 
     def check_alive(self) -> None:
         """A deployment step that exited is a failure now, not at a deadline. When a follower and
-        its leader are both gone, the follower is the cause (the leader exits on losing a rank)."""
+        its leader are both gone, the follower is the cause (the leader exits on losing a rank).
+        A gateway that ended (a stalled replica, or itself) fails the attempt likewise."""
         exited = [n for n in self.started if self.s.table.poll(n) is not None]
+        gateway_code = self.s.table.poll(gateway_step.GATEWAY_STEP) if gateway_step.GATEWAY_STEP in self.s.table.procs \
+            else None
+        if gateway_code is not None and not exited:
+            self.s.gate.check()
+            raise gateway_step.exit_failure(self.s.dir, gateway_code)
         if not exited:
             return
         if not self.s.gate.received:  # scancel signals steps and batch at once: let ours land

@@ -59,7 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="environment variable holding the key /v1/* requires (vLLM's VLLM_API_KEY)")
     p.add_argument("--request-log", default=None, help="append one JSON line per completion request")
     p.add_argument("--stall-after-requests", type=int, default=None, help="requests after the Nth never answer")
-    return p.parse_args(argv)
+    p.add_argument("--faults-for", default=None,
+                   help="apply the crash and stall faults only in the step with this DD_SLURM_ROLE (one replica)")
+    args = p.parse_args(argv)
+    if args.faults_for is not None and os.environ.get("DD_SLURM_ROLE") != args.faults_for:
+        args.crash_after_s = args.crash_after_requests = args.stall_after_requests = None
+    return args
 
 
 def install_sigterm(ignore_s: float) -> None:

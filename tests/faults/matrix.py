@@ -88,6 +88,13 @@ CELLS = [
     Cell("sigterm", "client", "single-node", SLOW_CLIENT, CANCELLED, action="sigterm"),
     Cell("sigusr1", "deploying", "single-node", SLOW_LOAD, TIMED_OUT, action="sigusr1"),
     Cell("sigusr1", "client", "two-deployments", SLOW_CLIENT, TIMED_OUT, action="sigusr1"),
+    # One replica of three fails while the client runs: a crash, and a hang that /health cannot see.
+    Cell("replica_crashes", "client", "replicas",
+         both(dep_args(0, "--crash-after-s", "2", "--faults-for", "deploy-small-1"), SLOW_CLIENT),
+         ("failed", "server_crashed")),
+    Cell("replica_stalls", "client", "replicas",
+         both(dep_args(0, "--stall-after-requests", "0", "--faults-for", "deploy-small-1"),
+              setting(("gateway",), {"stall_timeout_s": 1.5})), ("failed", "server_stalled")),
     Cell("sigterm_during_cleanup", "cleanup", "single-node",
          both(dep_args(0, "--ignore-sigterm-s", "30"), client_args("--exit-code", "3")), ("failed", "client_failed"),
          action="sigterm"),

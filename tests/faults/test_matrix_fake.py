@@ -79,12 +79,12 @@ def test_cleanup_called_twice_does_nothing_new(tmp_path, fake_slurm) -> None:
     staged, _code, _ = run_cell(tmp_path, fake_slurm, cell)
     first = json.loads((staged.attempt_dir / "cleanup.json").read_text())
     stopped = sorted(p["name"] for p in first["processes"] if "SIG" in p["how"])
-    assert ["client", "deploy-small-0"] == stopped
+    assert ["client", "deploy-small-0", "gateway"] == stopped
     signalled = []
     table = ProcessTable(staged.attempt_dir, Clock())
     again = Cleanup(staged.attempt_dir, table, None, Clock(), 1.0, (), staged.attempt_id,
                     lambda name, sig: signalled.append((name, sig)) or False, lambda: None
-                    ).run([["client"], ["deploy-small-0"]], "failed", "again")
+                    ).run([["client"], ["gateway"], ["deploy-small-0"]], "failed", "again")
     assert (first["runs"] + 1, "clean", [], [], []) == (
         again["runs"], again["verdict"], again["leftovers_found"], again["leftovers_killed"], signalled)
     assert ["no allocation to scan through"] == again["notes"]

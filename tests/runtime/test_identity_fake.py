@@ -35,7 +35,7 @@ def files_containing(roots: list[Path], needle: bytes) -> list[str]:
 
 def test_three_replicas_with_automatic_ports_and_keys(tmp_path, fake_slurm) -> None:
     """The replicas plan: three replicas of one alias, each on its own GPU slot and a port its
-    launcher chose; endpoints.json (schema 2) lists them under one url; every replica ready after
+    launcher chose; endpoints.json (schema 2) lists them under one url, the gateway's; every replica ready after
     its identity and served-model checks; the client, given the key, succeeds."""
     attempt, staged = run(tmp_path, fake_slurm, plan_data("replicas"), nodes=("127.0.2.1", "127.0.2.2"))
     assert ("succeeded", "ok") == (attempt.outcome, attempt.reason)
@@ -46,7 +46,8 @@ def test_three_replicas_with_automatic_ports_and_keys(tmp_path, fake_slurm) -> N
     urls = [f"http://{started[k]['node']}:{started[k]['port']}/v1" for k in range(3)]
     assert 3 == len({started[k]["port"] for k in range(3)})
     endpoints = read(staged.attempt_dir, "endpoints.json")
-    assert {"small-model": {"url": urls[0], "replicas": [
+    gateway = read(staged.attempt_dir, "gateway-state.json")
+    assert {"small-model": {"url": f"http://127.0.0.1:{gateway['port']}/small-model/v1", "replicas": [
         {"deployment": "small", "replica": k, "base_url": urls[k]} for k in range(3)]}} == endpoints["models"]
     readiness = read(staged.attempt_dir, "readiness.json")["deployments"]
     assert {f"small-{k}": ("stopped", started[k]["port"], [urls[k]]) for k in range(3)} == \

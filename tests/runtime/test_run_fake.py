@@ -41,7 +41,9 @@ def test_two_node_deployment_with_follower_and_a_second_deployment(tmp_path, fak
     big_url = f"http://127.0.2.1:{data['deployments'][0]['port']}/v1"
     assert (2, "withdrawn", {"big-model", "small-model"}) == (endpoints["schema"], endpoints["state"],
                                                              set(endpoints["models"]))
-    assert {"url": big_url, "replicas": [{"deployment": "big", "replica": 0, "base_url": big_url}]} == \
+    gateway = read(staged.attempt_dir, "gateway-state.json")
+    assert {"url": f"http://127.0.0.1:{gateway['port']}/big-model/v1",
+            "replicas": [{"deployment": "big", "replica": 0, "base_url": big_url}]} == \
         endpoints["models"]["big-model"]
     assert [] == no_leftovers(staged.attempt_id)
 

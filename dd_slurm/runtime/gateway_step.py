@@ -1,0 +1,83 @@
+"""The attempt's gateway as one more step: its config from the ready replicas, its spec (started
+by the one step runner on the client's node, loopback only), the URL it serves read back validated
+from its state file, and what its exit means for the attempt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from dd_slurm.errors import AttemptFailure
+from dd_slurm.gateway.config import CONFIG_NAME, STATE_NAME, dump, for_attempt
+from dd_slurm.plan import Plan
+from dd_slurm.runtime.placement import Placed
+from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec
+from dd_slurm.store.atomic import write_atomic
+
+GATEWAY_STEP = "gateway"
+START_TIMEOUT_S = 30.0
+STALLED_EXIT = 75  # the gateway's exit when a replica stalled (its state file names the replica)
+
+
+def _literal(text: str) -> str:
+    """A fixed argv word: braces doubled, so placeholder expansion on the node leaves it as is."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def write_config(plan: Plan, placement: tuple[Placed, ...], urls: dict[str, str], attempt_dir: Path) -> Path:
+    """gateway.json: every alias with the base URL and in-flight cap of each of its replicas. The
+    key's value is not in it: the gateway reads it from the variable the client's key uses."""
+    aliases = {d.name: d.model_alias for d in plan.deployments}
+    models: dict[str, list[dict]] = {}
+    for unit in placement:
+        models.setdefault(aliases[unit.deployment], []).append(
+            {"deployment": unit.deployment, "replica": unit.replica, "base_url": urls[unit.name]})
+    config = for_attempt(str(attempt_dir), models, {d.name: d.max_inflight for d in plan.deployments},
+                         plan.gateway, plan.client.env.api_key_var)
+    path = attempt_dir / CONFIG_NAME
+    write_atomic(path, dump(config))
+    return path
+
+
+def gateway_spec(plan: Plan, node: str, layout: Layout, interpreter: list[str], entry: str,
+                 config: Path) -> StepSpec:
+    key_var = plan.client.env.api_key_var
+    env = {"PATH": DEFAULT_PATH, "LC_ALL": "C.UTF-8", "DD_SLURM_ATTEMPT_ID": layout.attempt_id,
+           "DD_SLURM_ROLE": GATEWAY_STEP, "DD_SLURM_ATTEMPT_DIR": layout.attempt_dir}
+    argv = tuple(_literal(word) for word in (*interpreter, entry, "_gateway", str(config)))
+    return StepSpec(name=GATEWAY_STEP, node=node, argv=argv, values={}, env=env,
+                    passed=(key_var,) if key_var else (), cpus=plan.job.cpus_per_task)
+
+
+def served_base(attempt_dir: Path, started: Optional[dict]) -> Optional[str]:
+    """`http://127.0.0.1:PORT` once the gateway this supervisor started says it serves; None
+    before. A state file from another process, or of the wrong shape, is not believed."""
+    try:
+        state = json.loads((attempt_dir / STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(state, dict) and state.get("state") == "serving" and started and
+            state.get("pid") == started.get("pid")):
+        return None
+    port, host = state.get("port"), state.get("host")
+    if type(port) is not int or not 0 < port < 65536 or host != "127.0.0.1":
+        raise AttemptFailure("gateway_failed", f"gateway state names {host!r}:{port!r}, not a loopback port")
+    return f"http://127.0.0.1:{port}"
+
+
+def exit_failure(attempt_dir: Path, code: int) -> AttemptFailure:
+    """The gateway ended while the attempt needed it: a stalled replica, or the gateway itself."""
+    if code == STALLED_EXIT:
+        return AttemptFailure("server_stalled", _stalled_detail(attempt_dir))
+    return AttemptFailure("gateway_failed", f"the gateway exited {code}; see logs/{GATEWAY_STEP}.log")
+
+
+def _stalled_detail(attempt_dir: Path) -> str:
+    try:
+        stalled = json.loads((attempt_dir / STATE_NAME).read_text()).get("stalled") or []
+        first = stalled[0]
+        return (f"replica {first['name']} ({first['base_url']}) sent no response byte for {first['silent_s']:.0f}s "
+                f"with {first['inflight']} request(s) in flight")
+    except (OSError, ValueError, AttributeError, IndexError, KeyError, TypeError):
+        return "a replica stalled (the gateway's state file does not say which)"
