@@ -221,8 +221,9 @@ class ModelServer(ThreadingHTTPServer):
             self.by_path[path] = self.by_path.get(path, 0) + 1
             number = self.requests
             if self.args.request_log:
+                prompt = prompt_of(body)
                 line = json.dumps({"n": number, "path": path, "prompt_sha256": hashlib.sha256(
-                    prompt_of(body).encode()).hexdigest(), "t": time.time()}) + "\n"
+                    prompt.encode()).hexdigest(), "prompt": prompt[:200], "t": time.time()}) + "\n"
                 with open(self.args.request_log, "a") as handle:
                     handle.write(line)
             limit = self.args.crash_after_requests

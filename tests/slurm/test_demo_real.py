@@ -20,7 +20,7 @@ def test_demo_plan_with_the_real_data_designer_client(tmp_path) -> None:
     wait_job_gone(job_id)
     assert ("succeeded", "ok") == outcome(attempt_dir), (attempt_dir / "logs" / "client.log").read_text()[-2000:]
     records = [json.loads(line) for line in (attempt_dir / "results" / "records.jsonl").read_text().splitlines()]
-    assert (12, {"topic", "text_big_model", "text_small_model"}) == (len(records), set(records[0]))
+    assert (12, {"topic", "record_id", "text_big_model", "text_small_model"}) == (len(records), set(records[0]))
     assert records[0]["text_big_model"].startswith("[big-model] reply")
     assert "preflight ok" in (attempt_dir / "logs" / "preflight.log").read_text()
     assert 12 == read(attempt_dir, "result-manifest.json")["records"]
