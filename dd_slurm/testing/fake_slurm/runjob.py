@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
 
 def main() -> int:
     rc_file, script, out = sys.argv[1:4]
+    array = sys.argv[4:6]  # bin dir and array job id, for an array task
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    signal.signal(signal.SIGTERM, lambda *_: None)  # scancel signals the group: outlive the script, report it
     with open(out, "ab") as log:
         rc = subprocess.call(["/bin/bash", script], stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
     with open(rc_file, "w") as handle:
         handle.write(str(rc if rc >= 0 else 128 - rc))
+    if array:
+        from pathlib import Path
+
+        from dd_slurm.testing.fake_slurm.arrays import schedule
+        from dd_slurm.testing.fake_slurm.state import FakeSlurm
+
+        schedule(FakeSlurm(Path(array[0])), array[1])
     return 0
 
 

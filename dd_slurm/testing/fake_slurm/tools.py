@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from dd_slurm.testing.fake_slurm import arrays
 from dd_slurm.testing.fake_slurm.state import FakeSlurm
 from dd_slurm.testing.sbatch_directives import read_directives
 
@@ -66,15 +67,20 @@ def sbatch(fake: FakeSlurm, argv: list[str]) -> int:
         job = {"id": job_id, "name": options.get("--job-name") or Path(args.script).name, "held": "--hold" in options,
                "array": options.get("--array"), "pid": None, "cancelled_by": None, "in_squeue": True,
                "in_sacct": True, "state": None, "reason": None, "exit": None}
+        if job["array"]:
+            job.update(tasks={}, options=options, script=str(Path(args.script).resolve()))
         state["jobs"][job_id] = job
-    if not job["held"] and not job["array"]:
+    if job["array"]:
+        arrays.indices(job["array"])  # a malformed spec fails here, as sbatch would refuse it
+        arrays.schedule(fake, job_id)
+    elif not job["held"]:
         start_job(fake, job_id, args.script, options)
     print(job_id if args.parsable else f"Submitted batch job {job_id}")
     return 0
 
 
 def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Optional[str]]) -> None:
-    out = (options.get("--output") or f"slurm-{job_id}.out").replace("%%", "\0").replace("%j", job_id).replace("\0", "%")
+    out = arrays.output_path(options.get("--output") or "slurm-%j.out", job_id)
     env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": options.get("--job-name") or "", "PATH": "/usr/bin:/bin",
            **allocation(options)}
     for item in (options.get("--export") or "").split(","):
@@ -85,7 +91,8 @@ def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Opti
     rc_file.parent.mkdir(exist_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "dd_slurm.testing.fake_slurm.runjob", str(rc_file), script, out],
                             env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
-                            start_new_session=True, stdin=subprocess.DEVNULL)
+                            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # sbatch returns at once, like real sbatch
     fake.set_job(job_id, pid=proc.pid)
 
 
@@ -145,15 +152,21 @@ def squeue(fake: FakeSlurm, argv: list[str]) -> int:
     for job in jobs.values():
         if (wanted and job["id"] not in wanted) or (args.name and job["name"] != args.name) or not job["in_squeue"]:
             continue
-        state, reason, _ = derive(fake, job)
-        if state.split()[0] in TERMINAL and args.states != "all":
-            continue
-        fields = {"%i": _display_id(job), "%A": job["id"], "%T": state.split()[0], "%r": reason, "%j": job["name"]}
-        line = args.format
-        for token, value in fields.items():
-            line = line.replace(token, value)
-        print(line)
+        for display, state, reason, _ in _rows_of(fake, job):
+            if state.split()[0] in TERMINAL and args.states != "all":
+                continue
+            fields = {"%i": display, "%A": job["id"], "%T": state.split()[0], "%r": reason, "%j": job["name"]}
+            line = args.format
+            for token, value in fields.items():
+                line = line.replace(token, value)
+            print(line)
     return 0
+
+
+def _rows_of(fake: FakeSlurm, job: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    if job["array"] and "tasks" in job and not job["state"]:
+        return arrays.rows(fake, job, derive)
+    return [(_display_id(job), *derive(fake, job))]
 
 
 def sacct(fake: FakeSlurm, argv: list[str]) -> int:
@@ -168,14 +181,15 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
         job = jobs.get(job_id)
         if not job or not job["in_sacct"]:
             continue
-        state, _reason, exit_code = derive(fake, job)
-        if state == "PENDING" and not job["state"]:
-            continue  # real sacct has no record of a job that never started (fixtures/slurm/sacct-pending)
-        print("|".join([_display_id(job), state, exit_code, "None", job["name"]]))
-        if job["pid"]:
-            cancelled = state.startswith("CANCELLED")
-            step = ("CANCELLED", "0:15") if cancelled else (state, exit_code)
-            print("|".join([f"{job['id']}.batch", *step, "", "batch"]))
+        started = not job["array"] or any(t["pid"] for t in job.get("tasks", {}).values()) or job["state"]
+        for display, state, _reason, exit_code in _rows_of(fake, job):
+            if (state == "PENDING" and not job["state"]) or not started:
+                continue  # real sacct has no record of a job that never started (fixtures/slurm/sacct-pending)
+            print("|".join([display, state, exit_code, "None", job["name"]]))
+            if job["pid"] or (job["array"] and "[" not in display):
+                cancelled = state.startswith("CANCELLED")
+                step = ("CANCELLED", "0:15") if cancelled else (state, exit_code)
+                print("|".join([f"{display}.batch", *step, "", "batch"]))
     return 0
 
 
@@ -200,12 +214,25 @@ def scancel(fake: FakeSlurm, argv: list[str]) -> int:
                 print(f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified", file=sys.stderr)
                 status = 1
                 continue
-            if not args.signal:
+            if not args.signal and not job["array"]:
                 job["cancelled_by"] = os.getuid()
-            pid = job["pid"]
-        if pid:
+            pids = [job["pid"]] if job["pid"] else []
+        if job["array"]:
+            pids = _cancel_array(fake, job, job_id, args.signal)
+        for pid in pids:
             _signal_group(pid, getattr(signal, f"SIG{args.signal}") if args.signal else signal.SIGTERM)
     return status
+
+
+def _cancel_array(fake: FakeSlurm, job: dict[str, Any], job_id: str, signal_name: Optional[str]) -> list[int]:
+    """Cancel the whole array (`A`) or one task (`A_i`); a signal only reaches running tasks."""
+    task = job_id.partition("_")[2] or None
+    if signal_name:
+        return [t["pid"] for key, t in job.get("tasks", {}).items() if t["pid"] and task in (None, key)
+                and arrays.derive_task(fake, job["id"], t)[0] == "RUNNING"]
+    pids = arrays.cancel(fake, job["id"], task, os.getuid())
+    arrays.schedule(fake, job["id"])
+    return pids
 
 
 def _signal_group(pid: int, signo: int) -> None:
