@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Callable, Iterable, Mapping
 
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 TIME_LIMIT = re.compile(r"(?:(\d{1,3})-)?(\d{1,2}):([0-5]\d):([0-5]\d)\Z")
 MEM = re.compile(r"[1-9][0-9]{0,9}[KMGT]?\Z")
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
-DEPLOYMENT_PLACEHOLDERS = frozenset(
-    {"port", "host", "leader_host", "node_rank", "num_nodes", "endpoints_file", "results_dir", "attempt_dir"}
-)
-CLIENT_PLACEHOLDERS = frozenset({"endpoints_file", "results_dir", "attempt_dir"})
+CLIENT_PLACEHOLDERS = frozenset({"endpoints_file", "results_dir", "attempt_dir", "shard_index", "num_shards"})
+DEPLOYMENT_PLACEHOLDERS = CLIENT_PLACEHOLDERS | {"port", "host", "leader_host", "node_rank", "num_nodes"}
+# Names a plan may not forward: sbatch and Slurm read them, the runtime owns them, or the loader obeys them.
+FORWARD_RESERVED_PREFIXES = ("SBATCH_", "SLURM_", "DD_SLURM_", "LD_", "PYTHON")
 
 
 class FieldError(ValueError):
@@ -33,14 +35,33 @@ def control_char(text: str) -> str | None:
     return f"U+{ord(found.group()):04X}" if found else None
 
 
+def format_char(text: str) -> str | None:
+    """The first Unicode format character (category Cf: bidi overrides, zero-width) as `U+XXXX`."""
+    for char in text:
+        if unicodedata.category(char) == "Cf":
+            return f"U+{ord(char):04X}"
+    return None
+
+
 def check_text(text: str) -> None:
     bad = control_char(text)
     if bad:
         raise FieldError(f"control character {bad} is not allowed")
+    lone = SURROGATE.search(text)
+    if lone:
+        raise FieldError(f"lone surrogate U+{ord(lone.group()):04X} is not allowed")
+
+
+def check_name_text(text: str) -> None:
+    """Names and scheduler values: no control characters and no invisible format characters."""
+    check_text(text)
+    bad = format_char(text)
+    if bad:
+        raise FieldError(f"format character {bad} is not allowed")
 
 
 def check_scheduler_value(text: str) -> None:
-    check_text(text)
+    check_name_text(text)
     if not text:
         raise FieldError("must not be empty")
     if text.startswith("-"):
@@ -60,7 +81,7 @@ def placeholders(text: str) -> list[str]:
     return names
 
 
-def check_argv_item(text: str, allowed: frozenset[str]) -> None:
+def check_argv_item(text: str, allowed: frozenset[str] | set[str]) -> None:
     check_text(text)
     for name in placeholders(text):
         if name not in allowed:

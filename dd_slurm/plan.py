@@ -4,168 +4,81 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Optional
 
 import attrs
 
 from dd_slurm import fields as F
+from dd_slurm import plan_checks as C
 from dd_slurm.errors import PlanError
+from dd_slurm.plan_checks import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 RESULT_FORMATS = ("jsonl", "json", "parquet", "file")
 
-
-def _v(check: Callable[[Any], None]) -> Callable[[Any, attrs.Attribute, Any], None]:
-    """Wrap a plain check as an attrs validator whose errors name the attribute."""
-
-    def validator(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-        try:
-            check(value)
-        except F.FieldError as err:
-            raise F.FieldError(err.reason, f".{attribute.name}{err.subpath}") from None
-
-    return validator
-
-
-def _opt(check: Callable[[Any], None]) -> Callable[[Any], None]:
-    return lambda value: None if value is None else check(value)
-
-
-def _at_least(low: float, strict: bool = False) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if value < low or (strict and value == low):
-            raise F.FieldError(f"must be {'greater than' if strict else 'at least'} {low}")
-
-    return check
-
-
-def _supported_version(value: int) -> None:
-    if value != SCHEMA_VERSION:
-        raise F.FieldError(f"unsupported version {value}; this dd-slurm reads version {SCHEMA_VERSION}")
-
-
-def _one_of(value: Any, choices: tuple[Any, ...]) -> None:
-    if value not in choices:
-        raise F.FieldError(f"must be one of {', '.join(json.dumps(c) for c in choices)}")
-
-
-def _non_empty(values: tuple[Any, ...]) -> None:
-    if not values:
-        raise F.FieldError("must have at least one element")
-
-
-def _identifier(value: str) -> None:
-    F.check_text(value)
-    if not F.IDENTIFIER.match(value):
-        raise F.FieldError("must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-def _port(value: int) -> None:
-    if not 1024 <= value <= 65535:
-        raise F.FieldError("must be between 1024 and 65535")
-
-
-def _time_limit(value: str) -> None:
-    F.check_scheduler_value(value)
-    F.time_limit_seconds(value)
-
-
-def _mem(value: str) -> None:
-    F.check_scheduler_value(value)
-    if not F.MEM.match(value):
-        raise F.FieldError('must be a positive integer with an optional K, M, G or T suffix, like "16G"')
-
-
-def _health_path(value: str) -> None:
-    F.check_text(value)
-    if not value.startswith("/") or any(c in value for c in " ?#"):
-        raise F.FieldError('must be an absolute URL path like "/health"')
-
-
-def _relative_path(value: str) -> None:
-    F.check_text(value)
-    parts = value.split("/")
-    if not value or value.startswith("/") or ".." in parts or posixpath.normpath(value) in (".", ""):
-        raise F.FieldError("must be a relative path inside the results dir (no '..')")
-
-
-def _absolute_path(value: str) -> None:
-    F.check_text(value)
-    if not value.startswith("/"):
-        raise F.FieldError("must be an absolute path")
-
-
-def _argv(allowed: frozenset[str]) -> Callable[[Any], None]:
-    def check(values: tuple[str, ...]) -> None:
-        if not values:
-            raise F.FieldError("must have at least one element")
-        F.each(lambda item: F.check_argv_item(item, allowed))(values)
-
-    return check
-
-
-def _env_set(values: Mapping[str, str]) -> None:
-    for name, value in values.items():
-        try:
-            _env_name(name)
-            F.check_text(value)
-        except F.FieldError as err:
-            raise F.FieldError(err.reason, f".{name}") from None
-
-
-def _env_name(name: str) -> None:
-    F.check_text(name)
-    if not F.ENV_NAME.match(name):
-        raise F.FieldError(f"{name!r} is not a valid environment variable name")
-    if name.startswith("DD_SLURM_"):
-        raise F.FieldError(f"{name!r} is reserved: DD_SLURM_* variables are set by the runtime")
-
-
-_sched = _opt(F.check_scheduler_value)
+_v, _opt = C.v, C.opt
+_positive = C.between(0, C.MAX_SECONDS, strict_low=True)
 
 
 @attrs.frozen
 class Env:
-    set: dict[str, str] = attrs.field(factory=dict, validator=_v(_env_set))
-    forward: tuple[str, ...] = attrs.field(default=(), validator=_v(F.each(_env_name)))
+    set: dict[str, str] = attrs.field(factory=dict, validator=_v(C.env_set))
+    forward: tuple[str, ...] = attrs.field(default=(), validator=_v(F.each(C.passed_name)))
+    api_key_var: Optional[str] = attrs.field(default=None, validator=_v(_opt(C.passed_name)))
+
+    def __attrs_post_init__(self) -> None:
+        if self.api_key_var is not None and (self.api_key_var in self.set or self.api_key_var in self.forward):
+            raise F.FieldError(f"{self.api_key_var!r} is also in set or forward: the runtime sets it", ".api_key_var")
+
+
+@attrs.frozen
+class Array:
+    count: int = attrs.field(validator=_v(C.between(1, C.MAX_ARRAY)))
+    max_concurrent: Optional[int] = attrs.field(default=None, validator=_v(_opt(C.between(1, C.MAX_ARRAY))))
 
 
 @attrs.frozen
 class Job:
-    time_limit: str = attrs.field(validator=_v(_time_limit))
-    nodes: int = attrs.field(default=1, validator=_v(_at_least(1)))
-    gpus_per_node: int = attrs.field(default=0, validator=_v(_at_least(0)))
-    cpus_per_task: int = attrs.field(default=1, validator=_v(_at_least(1)))
-    mem: Optional[str] = attrs.field(default=None, validator=_v(_opt(_mem)))
+    time_limit: str = attrs.field(validator=_v(C.time_limit))
+    nodes: int = attrs.field(default=1, validator=_v(C.between(1, C.MAX_NODES)))
+    gpus_per_node: int = attrs.field(default=0, validator=_v(C.between(0, C.MAX_GPUS_PER_NODE)))
+    cpus_per_task: int = attrs.field(default=1, validator=_v(C.between(1, C.MAX_CPUS_PER_TASK)))
+    mem: Optional[str] = attrs.field(default=None, validator=_v(_opt(C.mem)))
     exclusive: bool = False
-    pre_timeout_signal_s: int = attrs.field(default=0, validator=_v(_at_least(0)))
-    partition: Optional[str] = attrs.field(default=None, validator=_v(_sched))
-    account: Optional[str] = attrs.field(default=None, validator=_v(_sched))
-    qos: Optional[str] = attrs.field(default=None, validator=_v(_sched))
-    reservation: Optional[str] = attrs.field(default=None, validator=_v(_sched))
-    constraint: Optional[str] = attrs.field(default=None, validator=_v(_sched))
-    comment: Optional[str] = attrs.field(default=None, validator=_v(_sched))
+    pre_timeout_signal_s: int = attrs.field(default=0, validator=_v(C.between(0, C.MAX_SIGNAL_S)))
+    partition: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
+    account: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
+    qos: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
+    reservation: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
+    constraint: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
+    comment: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
+    array: Optional[Array] = None
 
     def __attrs_post_init__(self) -> None:
         if self.pre_timeout_signal_s >= F.time_limit_seconds(self.time_limit):
             raise F.FieldError("must be shorter than time_limit", ".pre_timeout_signal_s")
 
+    @property
+    def shards(self) -> int:
+        return self.array.count if self.array else 1
+
 
 @attrs.frozen
 class Deployment:
-    name: str = attrs.field(validator=_v(_identifier))
-    model_alias: str = attrs.field(validator=_v(_identifier))
-    port: int = attrs.field(validator=_v(_port))
-    argv: tuple[str, ...] = attrs.field(validator=_v(_argv(F.DEPLOYMENT_PLACEHOLDERS)))
-    nodes: int = attrs.field(default=1, validator=_v(_at_least(1)))
-    gpus_per_node: int = attrs.field(default=0, validator=_v(_at_least(0)))
+    name: str = attrs.field(validator=_v(C.identifier))
+    model_alias: str = attrs.field(validator=_v(C.identifier))
+    argv: tuple[str, ...] = attrs.field(validator=_v(C.argv(F.DEPLOYMENT_PLACEHOLDERS)))
+    port: Optional[int] = attrs.field(default=None, validator=_v(_opt(C.port)))
+    nodes: int = attrs.field(default=1, validator=_v(C.between(1, C.MAX_NODES)))
+    gpus_per_node: int = attrs.field(default=0, validator=_v(C.between(0, C.MAX_GPUS_PER_NODE)))
+    replicas: int = attrs.field(default=1, validator=_v(C.between(1, C.MAX_REPLICAS)))
+    max_inflight: int = attrs.field(default=256, validator=_v(C.between(1, C.MAX_INFLIGHT)))
+    served_model: Optional[str] = attrs.field(default=None, validator=_v(_opt(C.text)))
     follower_argv: Optional[tuple[str, ...]] = attrs.field(
-        default=None, validator=_v(_opt(_argv(F.DEPLOYMENT_PLACEHOLDERS)))
+        default=None, validator=_v(_opt(C.argv(F.DEPLOYMENT_PLACEHOLDERS)))
     )
-    health_path: str = attrs.field(default="/health", validator=_v(_health_path))
-    ready_timeout_s: float = attrs.field(default=600.0, validator=_v(_at_least(0, strict=True)))
+    health_path: str = attrs.field(default="/health", validator=_v(C.health_path))
+    ready_timeout_s: float = attrs.field(default=600.0, validator=_v(_positive))
     env: Env = attrs.field(factory=Env)
 
     def __attrs_post_init__(self) -> None:
@@ -173,41 +86,52 @@ class Deployment:
             raise F.FieldError("required when nodes > 1", ".follower_argv")
         if self.nodes == 1 and self.follower_argv is not None:
             raise F.FieldError("only allowed when nodes > 1", ".follower_argv")
+        if self.port is not None and self.port + self.replicas - 1 > 65535:
+            raise F.FieldError(f"replica {self.replicas - 1} would use port {self.port + self.replicas - 1}, "
+                               "above 65535", ".port")
 
 
 @attrs.frozen
 class Result:
-    path: str = attrs.field(validator=_v(_relative_path))
-    format: str = attrs.field(validator=_v(lambda v: _one_of(v, RESULT_FORMATS)))
-    min_records: int = attrs.field(default=0, validator=_v(_at_least(0)))
+    path: str = attrs.field(validator=_v(C.relative_path))
+    format: str = attrs.field(validator=_v(C.one_of(RESULT_FORMATS)))
+    min_records: int = attrs.field(default=0, validator=_v(C.between(0, 2**63 - 1)))
 
 
 @attrs.frozen
 class Client:
-    argv: tuple[str, ...] = attrs.field(validator=_v(_argv(F.CLIENT_PLACEHOLDERS)))
+    argv: tuple[str, ...] = attrs.field(validator=_v(C.argv(F.CLIENT_PLACEHOLDERS)))
     result: Result
     preflight_argv: Optional[tuple[str, ...]] = attrs.field(
-        default=None, validator=_v(_opt(_argv(F.CLIENT_PLACEHOLDERS)))
+        default=None, validator=_v(_opt(C.argv(F.CLIENT_PLACEHOLDERS)))
     )
     env: Env = attrs.field(factory=Env)
-    timeout_s: Optional[float] = attrs.field(default=None, validator=_v(_opt(_at_least(0, strict=True))))
+    timeout_s: Optional[float] = attrs.field(default=None, validator=_v(_opt(_positive)))
+
+
+@attrs.frozen
+class Gateway:
+    queue_limit: int = attrs.field(default=1024, validator=_v(C.between(0, C.MAX_QUEUE)))
+    queue_timeout_s: float = attrs.field(default=30.0, validator=_v(_positive))
+    stall_timeout_s: Optional[float] = attrs.field(default=300.0, validator=_v(_opt(_positive)))
 
 
 @attrs.frozen
 class Runtime:
-    python: str = attrs.field(validator=_v(_absolute_path))
-    cleanup_grace_s: float = attrs.field(default=10.0, validator=_v(_at_least(0)))
-    reconcile_deadline_s: float = attrs.field(default=300.0, validator=_v(_at_least(0, strict=True)))
+    python: str = attrs.field(validator=_v(C.absolute_path))
+    cleanup_grace_s: float = attrs.field(default=10.0, validator=_v(C.between(0, C.MAX_SECONDS)))
+    reconcile_deadline_s: float = attrs.field(default=300.0, validator=_v(_positive))
 
 
 @attrs.frozen
 class Plan:
-    schema_version: int = attrs.field(validator=_v(_supported_version))
-    name: str = attrs.field(validator=_v(_identifier))
+    schema_version: int = attrs.field(validator=_v(C.supported_version))
+    name: str = attrs.field(validator=_v(C.identifier))
     job: Job
-    deployments: tuple[Deployment, ...] = attrs.field(validator=_v(lambda v: _non_empty(v)))
+    deployments: tuple[Deployment, ...] = attrs.field(validator=_v(C.non_empty))
     client: Client
     runtime: Runtime
+    gateway: Gateway = attrs.field(factory=Gateway)
 
     def __attrs_post_init__(self) -> None:
         seen: dict[str, int] = {}
@@ -223,6 +147,9 @@ class Plan:
                     f"needs {dep.gpus_per_node} GPUs per node but job.gpus_per_node is {self.job.gpus_per_node}",
                     f"{where}.gpus_per_node",
                 )
+        from dd_slurm.plan_fit import check_fit
+
+        check_fit(self)
 
 
 def load_plan(path: Path) -> Plan:
@@ -235,13 +162,10 @@ def load_plan(path: Path) -> Plan:
 
 
 def parse_plan(raw: bytes | str) -> Plan:
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise PlanError("", f"not valid JSON: {err}") from None
     from dd_slurm.plan_converter import structure_plan
+    from dd_slurm.strict_json import loads_strict
 
-    return structure_plan(data)
+    return structure_plan(loads_strict(raw, PlanError))
 
 
 def plan_to_data(plan: Plan) -> dict[str, Any]:

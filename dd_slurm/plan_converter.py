@@ -10,6 +10,7 @@ from cattrs.errors import AttributeValidationNote, ForbiddenExtraKeysError, Iter
 
 from dd_slurm.errors import PlanError
 from dd_slurm.fields import FieldError, check_text
+from dd_slurm.strict_json import number_problem
 
 CONVERTER = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
 
@@ -18,6 +19,9 @@ _JSON_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "tru
 
 def _scalar(kind: type) -> Any:
     def structure(value: Any, _type: Any) -> Any:
+        bad = number_problem(value)
+        if bad and kind in (int, float):
+            raise FieldError(bad)
         ok = type(value) is kind or (kind is float and type(value) is int)
         if not ok:
             raise FieldError(f"must be {_JSON_NAMES[kind]}")

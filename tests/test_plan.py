@@ -152,3 +152,87 @@ def test_defaults_are_filled_into_the_canonical_form() -> None:
     del data["deployments"][1]["health_path"]
     assert "/health" == plan_to_data(parse_plan(json.dumps(data)))["deployments"][1]["health_path"]
     assert BASE_DATA == plan_to_data(parse_plan(json.dumps(BASE)))
+
+
+NUMBER_FIELDS = [
+    ("job", "nodes"), ("job", "pre_timeout_signal_s"), ("deployments", 0, "ready_timeout_s"),
+    ("deployments", 1, "port"), ("client", "timeout_s"), ("runtime", "cleanup_grace_s"),
+    ("runtime", "reconcile_deadline_s"), ("client", "result", "min_records"),
+]
+
+
+@given(field=st.sampled_from(NUMBER_FIELDS), literal=st.sampled_from(["NaN", "Infinity", "-Infinity", "1e309",
+                                                                       "-1e400", "9" * 5000]))
+def test_non_finite_and_overflowing_numbers_are_rejected_naming_the_field(field, literal) -> None:
+    """NaN, Infinity, overflowing and absurdly long literals are errors at their field, never values."""
+    data = json.loads(json.dumps(BASE))
+    _set_at(data, field, "@@NUMBER@@")
+    raw = json.dumps(data).replace('"@@NUMBER@@"', literal)
+    with pytest.raises(PlanError) as caught:
+        parse_plan(raw)
+    assert (_dotted(field), True) == (caught.value.path, "not a finite number" in caught.value.reason)
+
+
+OBJECT_PATHS = [(), ("job",), ("deployments", 0), ("deployments", 1), ("client", "result"), ("runtime",)]
+
+
+@given(where=st.sampled_from(OBJECT_PATHS))
+def test_a_duplicate_key_in_any_object_is_rejected_naming_the_object(where) -> None:
+    """A key given twice (the second would silently win in plain JSON) is an error naming the key."""
+    data = json.loads(json.dumps(BASE))
+    target = data
+    for step in where:
+        target = target[step]
+    key = next(iter(target))
+    raw = json.dumps(data)
+    marker = json.dumps({key: target[key]})[1:-1]
+    tree = json.dumps(target)
+    raw = raw.replace(tree, "{" + marker + ", " + tree[1:], 1)
+    with pytest.raises(PlanError) as caught:
+        parse_plan(raw)
+    assert (_dotted(where), f"duplicate key {key!r}") == (caught.value.path, caught.value.reason)
+
+
+NAME_FIELDS = [("name",), ("deployments", 0, "name"), ("deployments", 1, "model_alias"), ("job", "partition"),
+               ("job", "account"), ("job", "comment"), ("job", "time_limit")]
+
+
+@given(field=st.sampled_from(NAME_FIELDS), bad=st.sampled_from(["\u200b", "\u202e", "\u2066", "\ufeff", "\u00ad"]))
+def test_format_characters_in_names_and_scheduler_fields_are_rejected(field, bad) -> None:
+    """Invisible format characters (Cf: zero-width, bidi overrides) cannot hide in names or #SBATCH values."""
+    data = json.loads(json.dumps(BASE))
+    data["job"].setdefault("account", "acct")
+    _set_at(data, field, "a" + bad + "b")
+    with pytest.raises(PlanError) as caught:
+        parse_plan(json.dumps(data))
+    assert (_dotted(field), f"format character U+{ord(bad):04X} is not allowed") == \
+        (caught.value.path, caught.value.reason)
+
+
+@given(name=st.sampled_from(["SBATCH_PARTITION", "SLURM_CONF", "DD_SLURM_X", "LD_PRELOAD", "LD_LIBRARY_PATH",
+                             "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP"]),
+       where=st.sampled_from([("client", "env"), ("deployments", 0, "env")]),
+       key=st.sampled_from(["forward", "api_key_var"]))
+def test_names_slurm_the_runtime_or_the_loader_read_cannot_be_passed_on(name, where, key) -> None:
+    """A forwarded or key variable named SBATCH_*, SLURM_*, DD_SLURM_*, LD_* or PYTHON* is refused."""
+    data = json.loads(json.dumps(BASE))
+    target = data
+    for step in where:
+        target = target[step]
+    target[key] = [name] if key == "forward" else name
+    with pytest.raises(PlanError) as caught:
+        parse_plan(json.dumps(data))
+    suffix = "[0]" if key == "forward" else ""
+    assert _dotted(where + (key,)) + suffix == caught.value.path
+
+
+def test_new_keys_have_their_documented_defaults() -> None:
+    """replicas 1, max_inflight 256, served_model null, auto port when absent, gateway 1024/30/300, no array."""
+    data = json.loads(json.dumps(BASE))
+    del data["deployments"][0]["port"]
+    plan = parse_plan(json.dumps(data))
+    dep = plan.deployments[0]
+    expected = (1, 256, None, None, None, 1024, 30.0, 300.0, None, 1)
+    assert expected == (dep.replicas, dep.max_inflight, dep.served_model, dep.port, dep.env.api_key_var,
+                        plan.gateway.queue_limit, plan.gateway.queue_timeout_s, plan.gateway.stall_timeout_s,
+                        plan.job.array, plan.job.shards)

@@ -1,11 +1,16 @@
-"""Which nodes and GPU slots each deployment gets (pure). The client runs on the batch node."""
+"""Which nodes, GPU slots and port each deployment replica gets (pure). The client runs on the
+batch node. A replica of a multi-node deployment is its whole leader + followers group."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
 
 import attrs
 
 from dd_slurm.errors import VerificationError
-from dd_slurm.plan import Deployment, Plan
+
+if TYPE_CHECKING:
+    from dd_slurm.plan import Deployment, Plan
 
 
 @attrs.frozen
@@ -13,35 +18,64 @@ class Placed:
     deployment: str
     nodes: tuple[str, ...]
     gpu_slots: tuple[int, ...]  # the same slots on each of its nodes (indices into the node's GPUs)
+    replica: int = 0
+    port: Optional[int] = None  # fixed port of this replica (port + replica); None: chosen at launch
 
     @property
     def leader(self) -> str:
         return self.nodes[0]
 
+    @property
+    def name(self) -> str:
+        """The replica's name, `<deployment>-<replica>`: it names its steps, logs and readiness entry."""
+        return f"{self.deployment}-{self.replica}"
 
-def place(plan: Plan, nodes: tuple[str, ...], gpus_per_node: int) -> dict[str, Placed]:
-    """First fit, largest deployments first; each deployment's nodes get the same free GPU slots."""
+
+def place_replicas(plan: Plan, nodes: tuple[str, ...], gpus_per_node: int) -> tuple[Placed, ...]:
+    """Every replica of every deployment, in plan order. Largest first; each replica goes where it
+    fits most tightly (best fit), so small replicas pack onto shared nodes and leave whole nodes
+    for large ones; a replica's nodes get the same free GPU slots."""
     free = {node: list(range(gpus_per_node)) for node in nodes}
-    placed: dict[str, Placed] = {}
-    order = sorted(plan.deployments, key=lambda d: (-d.nodes, -d.gpus_per_node))
-    for dep in order:
+    units = [(dep, k) for dep in plan.deployments for k in range(dep.replicas)]
+    placed: dict[tuple[str, int], Placed] = {}
+    for dep, k in sorted(units, key=lambda u: (-u[0].nodes, -u[0].gpus_per_node)):
         chosen = _fit(dep, nodes, free)
         if chosen is None:
             raise VerificationError(
-                "placement", f"deployment {dep.name} needs {dep.nodes} node(s) with {dep.gpus_per_node} free GPU(s) "
-                f"each; free now: {', '.join(f'{n}={len(s)}' for n, s in free.items())}")
+                "placement", f"deployment {dep.name} replica {k} needs {dep.nodes} node(s) with "
+                f"{dep.gpus_per_node} free GPU(s) each; free now: {', '.join(f'{n}={len(s)}' for n, s in free.items())}")
         slots = tuple(free[chosen[0]][: dep.gpus_per_node])
         for node in chosen:
             free[node] = [s for s in free[node] if s not in slots]
-        placed[dep.name] = Placed(dep.name, chosen, slots)
-    return {dep.name: placed[dep.name] for dep in plan.deployments}
+        port = None if dep.port is None else dep.port + k
+        placed[(dep.name, k)] = Placed(dep.name, chosen, slots, k, port)
+    return tuple(placed[(dep.name, k)] for dep, k in units)
+
+
+def place(plan: Plan, nodes: tuple[str, ...], gpus_per_node: int) -> dict[str, Placed]:
+    """Replica 0 of each deployment, by deployment name."""
+    return {p.deployment: p for p in place_replicas(plan, nodes, gpus_per_node) if p.replica == 0}
+
+
+def port_clash(units: tuple[Placed, ...]) -> tuple[Placed, Placed] | None:
+    """The first two replicas whose fixed ports are the same on one leader node, or None."""
+    seen: dict[tuple[str, int], Placed] = {}
+    for unit in units:
+        if unit.port is None:
+            continue
+        key = (unit.leader, unit.port)
+        if key in seen:
+            return seen[key], unit
+        seen[key] = unit
+    return None
 
 
 def _fit(dep: Deployment, nodes: tuple[str, ...], free: dict[str, list[int]]) -> tuple[str, ...] | None:
-    fits = [n for n in sorted(nodes, key=lambda n: -len(free[n])) if len(free[n]) >= dep.gpus_per_node]
-    fits = sorted(fits[: dep.nodes], key=nodes.index) if len(fits) >= dep.nodes else []
-    if not fits:
+    order = {node: index for index, node in enumerate(nodes)}
+    fits = [n for n in sorted(nodes, key=lambda n: (len(free[n]), order[n])) if len(free[n]) >= dep.gpus_per_node]
+    if len(fits) < dep.nodes:
         return None
+    fits = sorted(fits[: dep.nodes], key=order.__getitem__)
     common = set(free[fits[0]]).intersection(*(free[n] for n in fits))
     if len(common) < dep.gpus_per_node:
         return None

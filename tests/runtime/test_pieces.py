@@ -14,7 +14,7 @@ from dd_slurm.errors import AttemptFailure, VerificationError
 from dd_slurm.plan import Result, parse_plan
 from dd_slurm.runtime.hostlist import expand_hostlist
 from dd_slurm.runtime.parquet_rows import parquet_num_rows
-from dd_slurm.runtime.placement import place
+from dd_slurm.runtime.placement import place, place_replicas
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import step_environment
@@ -225,3 +225,25 @@ def test_signals_during_spawns_never_leave_an_untracked_child(tmp_path) -> None:
     assert 40 == len(table.procs) == len(recorded)
     assert all(table.wait(name, Clock().monotonic() + 10) == 0 for name in table.procs)
     assert len(gate.received) > 0
+
+
+def test_replicas_of_a_one_gpu_model_pack_onto_a_shared_node() -> None:
+    """Eight 1-GPU replicas on two 4-GPU nodes fill n1's slots 0-3, then n2's; ports are port + k."""
+    data = json.loads((PLANS / "single-node.json").read_text())
+    data["job"].update(nodes=2, gpus_per_node=4)
+    data["deployments"][0].update(gpus_per_node=1, replicas=8, port=9000)
+    units = place_replicas(parse_plan(json.dumps(data)), ("n1", "n2"), 4)
+    expected = [(f"small-{k}", ("n1",) if k < 4 else ("n2",), (k % 4,), 9000 + k) for k in range(8)]
+    assert expected == [(u.name, u.nodes, u.gpu_slots, u.port) for u in units]
+
+
+def test_best_fit_leaves_whole_nodes_for_large_replicas() -> None:
+    """A 1-GPU replica goes to the node with the least room that holds it, keeping a whole node free."""
+    data = json.loads((PLANS / "single-node.json").read_text())
+    data["job"].update(nodes=2, gpus_per_node=4)
+    small = dict(data["deployments"][0], gpus_per_node=1, replicas=1, port=None)
+    mid = dict(small, name="mid", model_alias="mid", gpus_per_node=3)
+    big = dict(small, name="big", model_alias="big", gpus_per_node=4)
+    data["deployments"] = [small, mid, big]
+    units = {u.deployment: u.nodes for u in place_replicas(parse_plan(json.dumps(data)), ("n1", "n2"), 4)}
+    assert {"big": ("n1",), "mid": ("n2",), "small": ("n2",)} == units

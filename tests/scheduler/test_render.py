@@ -36,8 +36,8 @@ def test_rendered_script_matches_golden(plan_file: Path) -> None:
 
 
 BASE = json.loads((PLANS / "single-node.json").read_text())
-SCHEDULER_TEXT = st.text(  # anything validation accepts: no control characters, no leading '-'
-    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=30
+SCHEDULER_TEXT = st.text(  # anything validation accepts: no control or format characters, no leading '-'
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Cf", "Zl", "Zp")), min_size=1, max_size=30
 ).filter(lambda text: not text.startswith("-"))
 
 
