@@ -126,6 +126,12 @@ def render(plan: str, workspace: str) -> None:
     ws = workspace_path(workspace)
     digest = planned_manifest()[0]["digest"]
     attempt_id = new_attempt_id(loaded, _clock())
+    if loaded.job.array is not None:
+        from dd_slurm.shards import render_run
+
+        bin_dir = os.environ.get("DD_SLURM_BIN_DIR") or None
+        click.echo(render_run(loaded, ws, attempt_id, ws / "bundles" / digest, digest, bin_dir), nl=False)
+        return
     ctx = ScriptContext(attempt_id, str(ws / "attempts" / attempt_id), str(ws / "bundles" / digest), digest,
                         plan_digest(loaded), os.environ.get("DD_SLURM_BIN_DIR") or None)
     click.echo(render_script(loaded, ctx), nl=False)
@@ -142,7 +148,16 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
     from dd_slurm.bundle.stage import stage as do_stage
     from dd_slurm.plan import load_plan
 
-    staged = do_stage(load_plan(plan), workspace, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None)
+    loaded = load_plan(plan)
+    if loaded.job.array is not None:
+        from dd_slurm.shards import stage_run
+
+        run = stage_run(loaded, workspace, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None)
+        out = {"attempt_dir": str(run.run_dir), "shards": [str(d) for d in run.shard_dirs],
+               "bundle_digest": run.bundle_digest, "plan_digest": run.plan_digest, "job_name": run.job_name}
+        emit(out, as_json, lambda v: v["attempt_dir"])
+        return
+    staged = do_stage(loaded, workspace, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None)
     out = {"attempt_dir": str(staged.attempt_dir), "bundle_digest": staged.bundle_digest,
            "plan_digest": staged.plan_digest, "job_name": staged.job_name}
     emit(out, as_json, lambda v: v["attempt_dir"])
@@ -248,6 +263,15 @@ def _digests(attempt_dir: str, bundle_digest: str | None, plan_digest: str | Non
     return bundle_digest or record["bundle_digest"], plan_digest or record["plan_digest"]
 
 
+def _shard_or_self(attempt_dir: str) -> str:
+    """A run dir (an array's entrypoint passes one) means this task's shard, by SLURM_ARRAY_TASK_ID."""
+    import os
+
+    from dd_slurm.shards import select_shard
+
+    return str(select_shard(attempt_dir, os.environ))
+
+
 digest_options = [
     click.option("--bundle-digest", help="Expected bundle digest (the entrypoint passes it)."),
     click.option("--plan-digest", help="Expected plan digest (the entrypoint passes it)."),
@@ -270,8 +294,8 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
     from dd_slurm.runtime.run import run_attempt
     from dd_slurm.store.view import attempt_dir as checked_dir, attempt_summary
 
-    directory = checked_dir(attempt_dir)
-    attempt = run_attempt(directory, *_digests(attempt_dir, bundle_digest, plan_digest))
+    directory = checked_dir(_shard_or_self(attempt_dir))
+    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest))
     from dd_slurm.report import attempt_line
 
     emit(attempt_summary(directory), as_json, attempt_line)
@@ -289,8 +313,8 @@ def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan
     from dd_slurm.runtime.run import run_attempt
     from dd_slurm.store.view import attempt_dir as checked_dir
 
-    directory = checked_dir(attempt_dir)
-    attempt = run_attempt(directory, *_digests(attempt_dir, bundle_digest, plan_digest), until=until)
+    directory = checked_dir(_shard_or_self(attempt_dir))
+    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), until=until)
     click.echo(attempt.state)
 
 

@@ -26,6 +26,10 @@ def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock
     missing = [name for name in forwarded_names(plan) if name not in environ]
     if missing:
         raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
+    if plan.job.array is not None:
+        from dd_slurm.shards import submit_run
+
+        return submit_run(plan, workspace, commands, clock, {n: environ[n] for n in forwarded_names(plan)})
     staged = stage(plan, workspace, clock, commands.bin_dir)
     try:
         job_id = commands.submit(staged.script, staged.job_name, {n: environ[n] for n in forwarded_names(plan)})

@@ -48,6 +48,8 @@ class Layout:
     attempt_dir: str
     endpoints_file: str
     results_dir: str
+    shard_index: int = 0
+    num_shards: int = 1
 
 
 def step_env(env: Env, ambient: Mapping[str, str], layout: Layout, role: str) -> dict[str, str]:
@@ -62,7 +64,8 @@ def step_env(env: Env, ambient: Mapping[str, str], layout: Layout, role: str) ->
 
 def common_values(layout: Layout) -> dict[str, str]:
     return {"endpoints_file": layout.endpoints_file, "results_dir": layout.results_dir,
-            "attempt_dir": layout.attempt_dir}
+            "attempt_dir": layout.attempt_dir, "shard_index": str(layout.shard_index),
+            "num_shards": str(layout.num_shards)}
 
 
 def deployment_steps(plan: Plan, dep: Deployment, placed: Placed, layout: Layout,

@@ -18,6 +18,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code after writing")
     p.add_argument("--hang", action="store_true", help="never finish")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before doing anything")
+    p.add_argument("--tag", default=None, help="written into every record (e.g. {shard_index}/{num_shards})")
     return p.parse_args(argv)
 
 
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         for alias, urls in sorted(endpoints.items()):
             for index in range(args.records):
                 text = chat(urls[index % len(urls)], alias, f"record {index}")
-                out.write(json.dumps({"alias": alias, "index": index, "text": text}) + "\n")
+                record = {"alias": alias, "index": index, "text": text}
+                out.write(json.dumps(record if args.tag is None else {**record, "tag": args.tag}) + "\n")
     print(f"wrote {args.records * len(endpoints)} records", flush=True)
     return args.exit_code
 

@@ -82,7 +82,7 @@ def _launch(fake: Any, job: dict[str, Any], task_id: str, task: int) -> int:
     env = {"SLURM_JOB_ID": task_id, "SLURM_JOB_NAME": job["name"], "SLURM_ARRAY_JOB_ID": job["id"],
            "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": str(len(tasks)),
            "SLURM_ARRAY_TASK_MIN": str(min(tasks)), "SLURM_ARRAY_TASK_MAX": str(max(tasks)),
-           "PATH": "/usr/bin:/bin", **allocation(options)}
+           "PATH": "/usr/bin:/bin", **allocation(options, task)}
     for item in (options.get("--export") or "").split(","):
         name, sep, value = item.partition("=")
         if sep:

@@ -99,9 +99,10 @@ def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Opti
 FAKE_NODES = ("127.0.2.1", "127.0.2.2", "127.0.2.3")  # loopback addresses: they resolve everywhere
 
 
-def allocation(options: dict[str, Optional[str]]) -> dict[str, str]:
-    """The SLURM_* variables a batch script gets for its --nodes and --gres."""
-    nodes = FAKE_NODES[: int(options.get("--nodes") or 1)]
+def allocation(options: dict[str, Optional[str]], first: int = 0) -> dict[str, str]:
+    """The SLURM_* variables a batch script gets for its --nodes and --gres; array task i starts
+    on node i (mod 3), so tasks running side by side get different nodes when they fit."""
+    nodes = tuple(FAKE_NODES[(first + k) % len(FAKE_NODES)] for k in range(int(options.get("--nodes") or 1)))
     env = {"SLURM_JOB_NODELIST": ",".join(nodes), "SLURM_JOB_NUM_NODES": str(len(nodes)), "SLURMD_NODENAME": nodes[0]}
     gres = options.get("--gres") or ""
     if gres.startswith("gpu:"):
