@@ -187,8 +187,11 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
     from dd_slurm.control import status as do_status
     from dd_slurm.report import progress_line, status_text
     from dd_slurm.store.attempt_record import read_record
+    from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
+    if is_run_dir(attempt_dir):
+        return _run_status(attempt_dir, as_json, watch, interval)
     directory, clock, commands = checked_dir(attempt_dir), _clock(), _commands()
     submitted = read_record(directory).get("submitted_at")
     last = None
@@ -206,6 +209,24 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
         if not watch or _finished(view):
             if watch and not as_json:
                 _explain_stop(view)
+            return
+        clock.sleep(interval)
+
+
+def _run_status(run_dir: str, as_json: bool, watch: bool, interval: float) -> None:
+    """`status <run dir>`: every shard, observed together; `--watch` until every shard's job ended."""
+    from pathlib import Path
+
+    from dd_slurm.workspace import run_finished, run_status, run_status_text
+
+    clock, commands, last = _clock(), _commands(), None
+    while True:
+        view = run_status(Path(run_dir), commands, clock.wall())
+        text = json.dumps(view, sort_keys=True, indent=None if watch else 1) if as_json else run_status_text(view)
+        if text != last:
+            click.echo(text)
+            last = text
+        if not watch or run_finished(view):
             return
         clock.sleep(interval)
 
@@ -242,14 +263,35 @@ def query(job_ids: tuple[str, ...], as_json: bool) -> None:
         f"\t{o['reason'] or ''}" for o in rows))
 
 
+@cli.command(name="list")
+@workspace_option
+@json_option
+def list_attempts(workspace: str, as_json: bool) -> None:
+    """Every attempt and shard: state, effective outcome, job id, age (one squeue + one sacct at most)."""
+    from dd_slurm.bundle.stage import workspace_path
+    from dd_slurm.workspace import list_text, list_workspace
+
+    view = list_workspace(workspace_path(workspace), _commands(), _clock().wall())
+    emit(view, as_json, list_text)
+
+
 @cli.command()
 @click.argument("attempt_dir", type=click.Path())
 @json_option
 def cancel(attempt_dir: str, as_json: bool) -> None:
     """scancel the attempt's job and record the request."""
     from dd_slurm.control import cancel as do_cancel
+    from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
+    if is_run_dir(attempt_dir):
+        from pathlib import Path
+
+        from dd_slurm.workspace import cancel_run
+
+        out = cancel_run(Path(attempt_dir), _commands(), _clock().wall())
+        emit(out, as_json, lambda v: f"cancel requested for array job {v['job_id']} ({len(v['shards'])} shards)")
+        return
     out = do_cancel(checked_dir(attempt_dir), _commands(), _clock())
     emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}")
 

@@ -9,7 +9,6 @@ script holds no shell logic at all. Shard i's job id is `<array job id>_<i>`.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -21,8 +20,8 @@ from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.plan import Plan, canonical_json, plan_digest
 from dd_slurm.scheduler.render import LOG_DIR, ScriptContext, render_script
-from dd_slurm.store.atomic import dump_json, sync_filesystem, write_atomic
-from dd_slurm.store.attempt_record import LOCK_NAME, RECORD_NAME, new_record, read_record
+from dd_slurm.store.atomic import sync_filesystem, write_atomic
+from dd_slurm.store.attempt_record import RECORD_NAME, new_record, read_record, update_record
 from dd_slurm.store.run_record import RUN_NAME, RUNS_DIR, is_run_dir, new_run, read_run, shard_id, shard_width, \
     update_run
 from dd_slurm.store.view import PLAN_NAME
@@ -139,7 +138,8 @@ def submit_run(plan: Plan, workspace: str, commands: Any, clock: Clock, forward:
     with update_run(staged.run_dir) as record:
         record.update(job_id=job_id, submitted_at=now)
     for index, shard in enumerate(staged.shard_dirs):
-        _note_submitted(shard, {"job_id": f"{job_id}_{index}", "array_job_id": job_id, "submitted_at": now})
+        with update_record(shard, durable=False) as fresh:
+            fresh.update(job_id=f"{job_id}_{index}", array_job_id=job_id, submitted_at=now)
     sync_filesystem(staged.run_dir)
     return {"attempt_dir": str(staged.run_dir), "job_id": job_id, "shards": [str(s) for s in staged.shard_dirs]}
 
@@ -187,11 +187,3 @@ def shard_of(record: Mapping[str, Any], environ: Mapping[str, str],
         raise AttemptDirError(f"{RECORD_NAME}: shard {index}, but this is array task {task}")
     return index, count
 
-
-def _note_submitted(shard: Path, fields: Mapping[str, Any]) -> None:
-    """The record's own locked read-modify-write, without fsync: the caller syncs once for all."""
-    with open(shard / LOCK_NAME, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        record = read_record(shard)
-        record.update(fields)
-        write_atomic(shard / RECORD_NAME, dump_json(record), durable=False)

@@ -31,14 +31,15 @@ def read_record(attempt_dir: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def update_record(attempt_dir: Path) -> Iterator[dict[str, Any]]:
-    """Yield the record for editing; written back atomically only if the block succeeds."""
+def update_record(attempt_dir: Path, durable: bool = True) -> Iterator[dict[str, Any]]:
+    """Yield the record for editing; written back atomically only if the block succeeds.
+    `durable=False`: no fsync, for callers updating many records that end with one sync."""
     with open(Path(attempt_dir) / LOCK_NAME, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = read_record(attempt_dir)
         yield record
         record["observations"] = record.get("observations", [])[-MAX_OBSERVATIONS:]
-        write_atomic(Path(attempt_dir) / RECORD_NAME, dump_json(record))
+        write_atomic(Path(attempt_dir) / RECORD_NAME, dump_json(record), durable=durable)
 
 
 def new_record(**fields: Any) -> bytes:

@@ -25,6 +25,9 @@ def attempt_dir(path: str | Path) -> Path:
         raise AttemptDirError(f"{path}: not an attempt directory (it does not exist)")
     if not (directory / PLAN_NAME).is_file():
         raise AttemptDirError(f"{path}: not an attempt directory (no {PLAN_NAME})")
+    if (directory / "run.json").is_file():
+        raise AttemptDirError(f"{path}: a run of shards, not one attempt (status and cancel take it; "
+                              "otherwise name a shard: dd-slurm list)")
     return directory
 
 
