@@ -21,7 +21,7 @@ from dd_slurm.errors import AttemptDirError
 from dd_slurm.plan import Plan, canonical_json, plan_digest
 from dd_slurm.scheduler.render import LOG_DIR, ScriptContext, render_script
 from dd_slurm.store.atomic import sync_filesystem, write_atomic
-from dd_slurm.store.attempt_record import RECORD_NAME, new_record, read_record, update_record
+from dd_slurm.store.attempt_record import RECORD_NAME, new_record, read_record
 from dd_slurm.store.run_record import RUN_NAME, RUNS_DIR, is_run_dir, new_run, read_run, shard_id, shard_width, \
     update_run
 from dd_slurm.store.view import PLAN_NAME
@@ -114,10 +114,13 @@ def _stage_shard(attempts: Path, plan_file: Path, ctx: ScriptContext, index: int
             (tmp / sub).mkdir(mode=0o700)
         os.symlink(os.path.relpath(ctx.bundle_dir, attempts / name), tmp / BUNDLE_LINK)
         os.link(plan_file, tmp / PLAN_NAME)  # the run's read-only plan: one copy, digest-checked by each shard
-        write_atomic(tmp / RECORD_NAME, new_record(
-            attempt_id=name, plan_digest=ctx.plan_digest, bundle_digest=ctx.bundle_digest, bundle_dir=ctx.bundle_dir,
-            job_name=ctx.job_name, staged_at=clock.wall(), reconcile_deadline_s=plan.runtime.reconcile_deadline_s,
-            shard={"run_id": ctx.attempt_id, "index": index, "count": count}), durable=False)
+        with open(tmp / RECORD_NAME, "xb") as record:  # the dir is private until renamed: no temp file needed
+            record.write(new_record(
+                attempt_id=name, plan_digest=ctx.plan_digest, bundle_digest=ctx.bundle_digest,
+                bundle_dir=ctx.bundle_dir, job_name=ctx.job_name, staged_at=clock.wall(),
+                reconcile_deadline_s=plan.runtime.reconcile_deadline_s,
+                shard={"run_id": ctx.attempt_id, "index": index, "count": count}))
+        os.chmod(tmp / RECORD_NAME, 0o600)
         os.rename(tmp, final)
     finally:
         if tmp.exists():
@@ -134,13 +137,8 @@ def submit_run(plan: Plan, workspace: str, commands: Any, clock: Clock, forward:
         with update_run(staged.run_dir) as record:
             record["submit_error"] = str(err)
         raise
-    now = clock.wall()
-    with update_run(staged.run_dir) as record:
-        record.update(job_id=job_id, submitted_at=now)
-    for index, shard in enumerate(staged.shard_dirs):
-        with update_record(shard, durable=False) as fresh:
-            fresh.update(job_id=f"{job_id}_{index}", array_job_id=job_id, submitted_at=now)
-    sync_filesystem(staged.run_dir)
+    with update_run(staged.run_dir) as record:  # shard records read their job ids from here
+        record.update(job_id=job_id, submitted_at=clock.wall())
     return {"attempt_dir": str(staged.run_dir), "job_id": job_id, "shards": [str(s) for s in staged.shard_dirs]}
 
 

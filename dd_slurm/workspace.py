@@ -16,7 +16,8 @@ from typing import Any, Iterable, NamedTuple, Optional
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store.atomic import sync_filesystem
-from dd_slurm.store.attempt_record import read_record, update_record
+from dd_slurm.store.attempt_record import RECORD_NAME, update_record
+from dd_slurm.store.run_record import shard_submission
 
 JOURNAL_NAME = "journal.jsonl"
 _FROM_SCHEDULER = {"cancelled": "cancelled", "preempted": "cancelled", "timeout": "timed_out",
@@ -43,9 +44,10 @@ class Entry(NamedTuple):
         return shard if isinstance(shard, dict) else None
 
 
-def read_entry(directory: Path) -> Entry:
+def read_entry(directory: Path, runs: Optional[dict[str, dict]] = None) -> Entry:
     """State and outcome from the journal (its last transition, and the one that carried the
-    outcome), plus the attempt record; a malformed file raises AttemptDirError naming it."""
+    outcome), plus the attempt record (a shard's job id from its run, `runs` caching run records);
+    a malformed file raises AttemptDirError naming it."""
     state, outcome, reason = "staged", None, None
     try:
         text = (directory / JOURNAL_NAME).read_text()
@@ -62,7 +64,22 @@ def read_entry(directory: Path) -> Entry:
                 outcome, reason = entry["outcome"], entry.get("reason")
     done = state == "done"
     return Entry(directory.name, directory, state, outcome if done else None, reason if done else None,
-                 read_record(directory))
+                 _record(directory, runs if runs is not None else {}))
+
+
+def _record(directory: Path, runs: dict[str, dict]) -> dict:
+    path = directory / RECORD_NAME
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise AttemptDirError(f"{directory}: no {RECORD_NAME} (not staged by dd-slurm?)") from None
+    except (OSError, ValueError) as err:
+        raise AttemptDirError(f"{path}: unreadable attempt record ({err})") from None
+    if not isinstance(record, dict):
+        raise AttemptDirError(f"{path}: not an attempt record")
+    if record.get("shard") and not record.get("job_id"):
+        record.update(shard_submission(directory, record, runs))
+    return record
 
 
 def scan(workspace: Path) -> list[Entry]:
@@ -72,7 +89,16 @@ def scan(workspace: Path) -> list[Entry]:
         names = sorted(e.name for e in os.scandir(root) if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
     except FileNotFoundError:
         return []
-    return [read_entry(root / name) for name in names]
+    runs: dict[str, dict] = {}
+    return [_entry_or_problem(root / name, runs) for name in names]
+
+
+def _entry_or_problem(directory: Path, runs: dict[str, dict]) -> Entry:
+    """One damaged attempt is a row saying so, not the end of the listing."""
+    try:
+        return read_entry(directory, runs)
+    except AttemptDirError as err:
+        return Entry(directory.name, directory, "unreadable", None, None, {"error": str(err)})
 
 
 def settled(record: dict) -> Optional[dict]:
@@ -139,12 +165,22 @@ def row(entry: Entry, obs: Optional[dict], now: float) -> dict[str, Any]:
     return {"id": entry.id, "dir": str(entry.dir), "run": shard.get("run_id") if shard else None,
             "shard": shard.get("index") if shard else None, "state": entry.state, "outcome": entry.outcome,
             "reason": entry.reason, "job_id": entry.job_id, "scheduler": obs, "effective": effective(entry, obs),
-            "age_s": round(now - since, 3) if isinstance(since, (int, float)) else None}
+            "age_s": round(now - since, 3) if isinstance(since, (int, float)) else None,
+            "error": entry.record.get("error") if entry.state == "unreadable" else None}
+
+
+def reread_ended(entries: list[Entry], found: dict[str, Optional[dict]], runs: dict[str, dict]) -> list[Entry]:
+    """Disk is read before the scheduler is asked: a job that ended in between is terminal while
+    its journal said `cleanup`. Read those journals again so a finished attempt is not reported
+    as lost."""
+    return [_entry_or_problem(e.dir, runs) if e.state not in ("done", "unreadable")
+            and (found.get(e.id) or {}).get("terminal") else e for e in entries]
 
 
 def list_workspace(workspace: Path, commands: Any, now: float) -> dict[str, Any]:
     entries = scan(workspace)
     found = observe_entries(entries, commands, now)
+    entries = reread_ended(entries, found, {})
     return {"workspace": str(workspace), "attempts": [row(e, found.get(e.id), now) for e in entries]}
 
 
@@ -178,8 +214,10 @@ def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
     from dd_slurm.store.view import READINESS_NAME, read_json
 
     record = read_run(run_dir)
-    entries = [read_entry(d) for d in shard_dirs(run_dir)]
+    runs = {record["run_id"]: record}
+    entries = [read_entry(d, runs) for d in shard_dirs(run_dir)]
     found = observe_entries(entries, commands, now)
+    entries = reread_ended(entries, found, runs)
     shards = []
     for entry in entries:
         obs = found.get(entry.id)

@@ -23,11 +23,16 @@ MAX_OBSERVATIONS = 50
 def read_record(attempt_dir: Path) -> dict[str, Any]:
     path = Path(attempt_dir) / RECORD_NAME
     try:
-        return json.loads(path.read_text())
+        record = json.loads(path.read_text())
     except FileNotFoundError:
         raise AttemptDirError(f"{attempt_dir}: no {RECORD_NAME} (not staged by dd-slurm?)") from None
     except (OSError, ValueError) as err:
         raise AttemptDirError(f"{path}: unreadable attempt record ({err})") from None
+    if isinstance(record, dict) and record.get("shard") and not record.get("job_id"):
+        from dd_slurm.store.run_record import shard_submission
+
+        record.update(shard_submission(Path(attempt_dir), record))  # a shard's job id is on its run
+    return record
 
 
 @contextmanager

@@ -77,3 +77,22 @@ def update_run(run_dir: Path) -> Iterator[dict[str, Any]]:
 
 def new_run(**fields: Any) -> bytes:
     return dump_json({"job_id": None, "submitted_at": None, "cancel_requests": [], **fields})
+
+
+def shard_submission(attempt_dir: Path, record: dict[str, Any], runs: dict[str, dict] | None = None) -> dict[str, Any]:
+    """A shard's job id (`<array job id>_<index>`), array job id and submission time, from its run's
+    record: submit writes the array job id once, on the run, not on every shard. `runs` caches run
+    records by id for callers reading many shards. {} until the run is submitted."""
+    shard = record.get("shard")
+    run_id = shard.get("run_id") if isinstance(shard, dict) else None
+    if not isinstance(run_id, str) or type(shard.get("index")) is not int:
+        return {}
+    run = (runs or {}).get(run_id)
+    if run is None:
+        run = read_run(Path(attempt_dir).parent.parent / RUNS_DIR / run_id)
+        if runs is not None:
+            runs[run_id] = run
+    if not run.get("job_id") or Path(attempt_dir).name not in run["shards"][shard["index"]:shard["index"] + 1]:
+        return {}
+    return {"job_id": f"{run['job_id']}_{shard['index']}", "array_job_id": run["job_id"],
+            "submitted_at": run.get("submitted_at")}
