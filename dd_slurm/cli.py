@@ -217,7 +217,7 @@ def _run_status(run_dir: str, as_json: bool, watch: bool, interval: float) -> No
     """`status <run dir>`: every shard, observed together; `--watch` until every shard's job ended."""
     from pathlib import Path
 
-    from dd_slurm.workspace import run_finished, run_status, run_status_text
+    from dd_slurm.runs_view import run_finished, run_status, run_status_text
 
     clock, commands, last = _clock(), _commands(), None
     while True:
@@ -272,7 +272,7 @@ def list_attempts(workspace: str, as_json: bool) -> None:
     from dd_slurm.workspace import list_text, list_workspace
 
     view = list_workspace(workspace_path(workspace), _commands(), _clock().wall())
-    emit(view, as_json, list_text)
+    click.echo(json.dumps(view, sort_keys=True) if as_json else list_text(view))  # compact: C encoder
 
 
 @cli.command()
@@ -287,7 +287,7 @@ def cancel(attempt_dir: str, as_json: bool) -> None:
     if is_run_dir(attempt_dir):
         from pathlib import Path
 
-        from dd_slurm.workspace import cancel_run
+        from dd_slurm.runs_view import cancel_run
 
         out = cancel_run(Path(attempt_dir), _commands(), _clock().wall())
         emit(out, as_json, lambda v: f"cancel requested for array job {v['job_id']} ({len(v['shards'])} shards)")

@@ -114,13 +114,13 @@ def _stage_shard(attempts: Path, plan_file: Path, ctx: ScriptContext, index: int
             (tmp / sub).mkdir(mode=0o700)
         os.symlink(os.path.relpath(ctx.bundle_dir, attempts / name), tmp / BUNDLE_LINK)
         os.link(plan_file, tmp / PLAN_NAME)  # the run's read-only plan: one copy, digest-checked by each shard
-        with open(tmp / RECORD_NAME, "xb") as record:  # the dir is private until renamed: no temp file needed
+        fd = os.open(tmp / RECORD_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as record:  # the dir is private until renamed: no temp file needed
             record.write(new_record(
                 attempt_id=name, plan_digest=ctx.plan_digest, bundle_digest=ctx.bundle_digest,
                 bundle_dir=ctx.bundle_dir, job_name=ctx.job_name, staged_at=clock.wall(),
                 reconcile_deadline_s=plan.runtime.reconcile_deadline_s,
                 shard={"run_id": ctx.attempt_id, "index": index, "count": count}))
-        os.chmod(tmp / RECORD_NAME, 0o600)
         os.rename(tmp, final)
     finally:
         if tmp.exists():

@@ -1,10 +1,12 @@
-"""The workspace view (`dd-slurm list`) and run-level `status`/`cancel`: many attempts, one round.
+"""The workspace view (`dd-slurm list`): every attempt and shard, one scheduler round for all.
 
-Every attempt and shard under `attempts/` is read from disk; those still in need of a scheduler
-answer are observed together with ONE squeue and at most ONE sacct call (the commands client
-batches the ids); an attempt whose terminal sacct observation is already persisted needs no call,
-since that answer can never change. New observations are persisted like `status` does, with one
-file-system sync for all of them.
+Every attempt under `attempts/` is read from disk; those still in need of a scheduler answer are
+observed together with ONE squeue and at most ONE sacct call (the commands client batches the
+ids); an attempt whose terminal sacct observation is persisted needs no call, since that answer
+can never change. New terminal observations are persisted (as `status` records them), with one
+file-system sync for all. A settled row (attempt done, terminal sacct answer persisted) is final,
+so it is kept in `attempts/.list-cache.json` and not read again; the cache is only a view, each
+row checked for shape, and a row that does not fit is read from the attempt dir instead.
 """
 
 from __future__ import annotations
@@ -15,17 +17,19 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Optional
 
 from dd_slurm.errors import AttemptDirError
-from dd_slurm.store.atomic import sync_filesystem
+from dd_slurm.store.atomic import dump_json, sync_filesystem, write_atomic
 from dd_slurm.store.attempt_record import RECORD_NAME, update_record
 from dd_slurm.store.run_record import shard_submission
 
 JOURNAL_NAME = "journal.jsonl"
+CACHE_NAME = ".list-cache.json"
+ROW_KEYS = ("id", "run", "shard", "state", "outcome", "reason", "job_id", "job_state", "effective", "since")
 _FROM_SCHEDULER = {"cancelled": "cancelled", "preempted": "cancelled", "timeout": "timed_out",
                    "deadline": "timed_out"}
 
 
 class Entry(NamedTuple):
-    """One attempt as `list` shows it (before the scheduler is asked)."""
+    """One attempt as read from its dir (before the scheduler is asked)."""
 
     id: str
     dir: Path
@@ -44,30 +48,35 @@ class Entry(NamedTuple):
         return shard if isinstance(shard, dict) else None
 
 
-def read_entry(directory: Path, runs: Optional[dict[str, dict]] = None) -> Entry:
-    """State and outcome from the journal (its last transition, and the one that carried the
-    outcome), plus the attempt record (a shard's job id from its run, `runs` caching run records);
-    a malformed file raises AttemptDirError naming it."""
-    state, outcome, reason = "staged", None, None
+def journal_summary(path: Path) -> tuple[str, Optional[str], Optional[str]]:
+    """(state, outcome, reason): the last transition's target, and the outcome it carried once done.
+    The lines are parsed as one JSON array (one C call); a bad line is then named."""
     try:
-        text = (directory / JOURNAL_NAME).read_text()
+        lines = path.read_text().splitlines()
     except FileNotFoundError:
-        text = ""
-    for number, line in enumerate(text.splitlines(), 1):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            raise AttemptDirError(f"{directory / JOURNAL_NAME}:{number}: not a JSON journal entry") from None
-        if entry.get("kind") == "transition":
+        return "staged", None, None
+    try:
+        entries = json.loads("[" + ",".join(lines) + "]")
+    except ValueError:
+        for number, line in enumerate(lines, 1):
+            try:
+                json.loads(line)
+            except ValueError:
+                raise AttemptDirError(f"{path}:{number}: not a JSON journal entry") from None
+        raise AttemptDirError(f"{path}: not a JSON journal") from None
+    state, outcome, reason = "staged", None, None
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("kind") == "transition":
             state = entry.get("to", state)
             if entry.get("outcome"):
                 outcome, reason = entry["outcome"], entry.get("reason")
-    done = state == "done"
-    return Entry(directory.name, directory, state, outcome if done else None, reason if done else None,
-                 _record(directory, runs if runs is not None else {}))
+    return (state, outcome, reason) if state == "done" else (state, None, None)
 
 
-def _record(directory: Path, runs: dict[str, dict]) -> dict:
+def read_entry(directory: Path, runs: Optional[dict[str, dict]] = None) -> Entry:
+    """Journal summary plus the attempt record (a shard's job id comes from its run; `runs`
+    caches run records); a malformed file raises AttemptDirError naming it."""
+    state, outcome, reason = journal_summary(directory / JOURNAL_NAME)
     path = directory / RECORD_NAME
     try:
         record = json.loads(path.read_text())
@@ -78,22 +87,11 @@ def _record(directory: Path, runs: dict[str, dict]) -> dict:
     if not isinstance(record, dict):
         raise AttemptDirError(f"{path}: not an attempt record")
     if record.get("shard") and not record.get("job_id"):
-        record.update(shard_submission(directory, record, runs))
-    return record
+        record.update(shard_submission(directory, record, {} if runs is None else runs))
+    return Entry(directory.name, directory, state, outcome, reason, record)
 
 
-def scan(workspace: Path) -> list[Entry]:
-    """Every attempt dir under `attempts/` (staging leftovers `.tmp-*` skipped), sorted by id."""
-    root = Path(workspace) / "attempts"
-    try:
-        names = sorted(e.name for e in os.scandir(root) if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
-    except FileNotFoundError:
-        return []
-    runs: dict[str, dict] = {}
-    return [_entry_or_problem(root / name, runs) for name in names]
-
-
-def _entry_or_problem(directory: Path, runs: dict[str, dict]) -> Entry:
+def entry_or_problem(directory: Path, runs: dict[str, dict]) -> Entry:
     """One damaged attempt is a row saying so, not the end of the listing."""
     try:
         return read_entry(directory, runs)
@@ -117,10 +115,9 @@ def observe_entries(entries: Iterable[Entry], commands: Any, now: float) -> dict
     found: dict[str, Optional[dict]] = {}
     asking: dict[str, Entry] = {}
     for entry in entries:
-        if not entry.job_id:
-            found[entry.id] = None
-        elif settled(entry.record) is not None:
-            found[entry.id] = settled(entry.record)
+        known = settled(entry.record) if entry.job_id else None
+        if known is not None or not entry.job_id:
+            found[entry.id] = known
         else:
             asking[entry.job_id] = entry
     if not asking:
@@ -133,12 +130,14 @@ def observe_entries(entries: Iterable[Entry], commands: Any, now: float) -> dict
     for obs in observe(ids, index_rows(result.squeue), sacct, LagClock(now, deadline, seen), result.sacct_error):
         if obs.job_id in asking:
             found[asking[obs.job_id].id] = obs.to_json()
-    _persist([(asking[j], found[asking[j].id]) for j in ids if found.get(asking[j].id)], now)
+    _persist([(e, found[e.id]) for e in asking.values() if (found.get(e.id) or {}).get("terminal")], now)
     return found
 
 
 def _persist(pairs: list[tuple[Entry, dict]], now: float) -> None:
-    """Append each new observation to its attempt record (locked, atomic), then sync once."""
+    """Append each terminal observation to its attempt record (locked, atomic), then sync once.
+    Only terminal ones: they let the next round skip the attempt; rewriting a thousand records
+    per call for live jobs would cost more than it tells."""
     for entry, obs in pairs:
         with update_record(entry.dir, durable=False) as record:
             record["observations"].append({"time": now, **obs})
@@ -146,6 +145,14 @@ def _persist(pairs: list[tuple[Entry, dict]], now: float) -> None:
                 record["last_seen"] = now
     if pairs:
         sync_filesystem(pairs[0][0].dir)
+
+
+def reread_ended(entries: list[Entry], found: dict[str, Optional[dict]], runs: dict[str, dict]) -> list[Entry]:
+    """Disk is read before the scheduler is asked: a job that ended in between is terminal while
+    its journal said `cleanup`. Read those journals again, so a finished attempt is not reported
+    as lost."""
+    return [entry_or_problem(e.dir, runs) if e.state not in ("done", "unreadable")
+            and (found.get(e.id) or {}).get("terminal") else e for e in entries]
 
 
 def effective(entry: Entry, obs: Optional[dict]) -> Optional[dict]:
@@ -159,29 +166,48 @@ def effective(entry: Entry, obs: Optional[dict]) -> Optional[dict]:
     return None
 
 
-def row(entry: Entry, obs: Optional[dict], now: float) -> dict[str, Any]:
-    shard = entry.shard
+def row(entry: Entry, obs: Optional[dict]) -> dict[str, Any]:
+    shard = entry.shard or {}
     since = entry.record.get("submitted_at") or entry.record.get("staged_at")
-    return {"id": entry.id, "dir": str(entry.dir), "run": shard.get("run_id") if shard else None,
-            "shard": shard.get("index") if shard else None, "state": entry.state, "outcome": entry.outcome,
-            "reason": entry.reason, "job_id": entry.job_id, "scheduler": obs, "effective": effective(entry, obs),
-            "age_s": round(now - since, 3) if isinstance(since, (int, float)) else None,
-            "error": entry.record.get("error") if entry.state == "unreadable" else None}
+    out = {"id": entry.id, "run": shard.get("run_id"), "shard": shard.get("index"), "state": entry.state,
+           "outcome": entry.outcome, "reason": entry.reason, "job_id": entry.job_id,
+           "job_state": obs["state"] if obs else None, "effective": effective(entry, obs),
+           "since": since if isinstance(since, (int, float)) else None}
+    if entry.state == "unreadable":
+        out["error"] = entry.record.get("error")
+    return out
 
 
-def reread_ended(entries: list[Entry], found: dict[str, Optional[dict]], runs: dict[str, dict]) -> list[Entry]:
-    """Disk is read before the scheduler is asked: a job that ended in between is terminal while
-    its journal said `cleanup`. Read those journals again so a finished attempt is not reported
-    as lost."""
-    return [_entry_or_problem(e.dir, runs) if e.state not in ("done", "unreadable")
-            and (found.get(e.id) or {}).get("terminal") else e for e in entries]
+def _cached_rows(root: Path) -> dict[str, dict]:
+    try:
+        data = json.loads((root / CACHE_NAME).read_text())
+        rows = data["rows"] if data.get("schema") == 1 else {}
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return {}
+    return {k: r for k, r in rows.items() if isinstance(r, dict) and tuple(sorted(r)) == tuple(sorted(ROW_KEYS))
+            and r["id"] == k and r["state"] == "done" and isinstance(r["effective"], dict)} \
+        if isinstance(rows, dict) else {}
 
 
 def list_workspace(workspace: Path, commands: Any, now: float) -> dict[str, Any]:
-    entries = scan(workspace)
+    """Rows in id order; `age_s` from submission (or staging)."""
+    root = Path(workspace) / "attempts"
+    try:
+        names = sorted(e.name for e in os.scandir(root) if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        names = []
+    cached, runs = _cached_rows(root), {}
+    entries = [entry_or_problem(root / name, runs) for name in names if name not in cached]
     found = observe_entries(entries, commands, now)
-    entries = reread_ended(entries, found, {})
-    return {"workspace": str(workspace), "attempts": [row(e, found.get(e.id), now) for e in entries]}
+    fresh = {e.id: row(e, found.get(e.id)) for e in reread_ended(entries, found, runs)}
+    newly = {e.id: fresh[e.id] for e in entries if fresh[e.id]["state"] == "done" and settled(e.record)}
+    if newly:
+        keep = {name: cached[name] for name in names if name in cached}
+        write_atomic(root / CACHE_NAME, dump_json({"schema": 1, "rows": {**keep, **newly}}), durable=False)
+    rows = [cached.get(name) or fresh[name] for name in names]
+    for r in rows:
+        r["dir"], r["age_s"] = str(root / r["id"]), round(now - r["since"], 3) if r["since"] is not None else None
+    return {"workspace": str(workspace), "attempts": rows}
 
 
 def list_text(view: dict[str, Any]) -> str:
@@ -189,9 +215,7 @@ def list_text(view: dict[str, Any]) -> str:
     for r in view["attempts"]:
         eff = r["effective"]
         outcome = f"{eff['outcome']} ({eff['reason']})" if eff else "-"
-        job = r["job_id"] or "-"
-        if r["scheduler"] and not eff:
-            job += f" {r['scheduler']['state']}"
+        job = (r["job_id"] or "-") + (f" {r['job_state']}" if r["job_state"] and not eff else "")
         lines.append(f"{r['id']:<48} {r['state']:<9} {outcome:<40} {job:<12} {_age(r['age_s'])}")
     if len(lines) == 1:
         lines.append("(no attempts)")
@@ -205,66 +229,3 @@ def _age(seconds: Optional[float]) -> str:
         if seconds >= size:
             return f"{seconds / size:.0f}{unit}"
     return f"{seconds:.0f}s"
-
-
-def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
-    """`status <run dir>`: every shard's status view, all observed in one round."""
-    from dd_slurm.shards import shard_dirs
-    from dd_slurm.store.run_record import read_run
-    from dd_slurm.store.view import READINESS_NAME, read_json
-
-    record = read_run(run_dir)
-    runs = {record["run_id"]: record}
-    entries = [read_entry(d, runs) for d in shard_dirs(run_dir)]
-    found = observe_entries(entries, commands, now)
-    entries = reread_ended(entries, found, runs)
-    shards = []
-    for entry in entries:
-        obs = found.get(entry.id)
-        shards.append({"shard": entry.shard["index"] if entry.shard else None,
-                       "attempt": {"id": entry.id, "dir": str(entry.dir), "state": entry.state,
-                                   "outcome": entry.outcome, "reason": entry.reason},
-                       "scheduler": obs, "readiness": read_json(entry.dir / READINESS_NAME),
-                       "effective": effective(entry, obs)})
-    run = {k: record.get(k) for k in ("run_id", "job_id", "num_shards", "max_concurrent", "submitted_at")}
-    return {"run": {**run, "dir": str(run_dir)}, "shards": shards}
-
-
-def run_status_text(view: dict[str, Any]) -> str:
-    run = view["run"]
-    lines = [f"run {run['run_id']}: {run['num_shards']} shards, array job {run['job_id'] or '(not submitted)'}"]
-    for shard in view["shards"]:
-        eff, obs = shard["effective"], shard["scheduler"]
-        line = f"  {shard['attempt']['id']}: {shard['attempt']['state']}"
-        if obs:
-            line += f" | job {obs['job_id']} {obs['state']}"
-        if eff:
-            line += f" => {eff['outcome']} ({eff['reason']})"
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def run_finished(view: dict[str, Any]) -> bool:
-    """Nothing left to watch: never submitted, or every shard's job is terminal."""
-    return all(s["scheduler"] is None or s["scheduler"].get("terminal") for s in view["shards"])
-
-
-def cancel_run(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
-    """One `scancel <array job id>`: running shards are cancelled, pending ones never start. The
-    request is recorded on the run and on every shard first."""
-    from dd_slurm.shards import shard_dirs
-    from dd_slurm.store.run_record import read_run, update_run
-
-    job_id = read_run(run_dir).get("job_id")
-    if not job_id:
-        raise AttemptDirError(f"{run_dir}: never submitted, nothing to cancel")
-    with update_run(run_dir) as record:
-        record["cancel_requests"].append({"time": now})
-    shards = shard_dirs(run_dir)
-    for shard in shards:
-        with update_record(shard, durable=False) as fresh:
-            fresh["cancel_requests"].append({"time": now, "via": "run"})
-    sync_filesystem(Path(run_dir))
-    commands.cancel(job_id)
-    return {"attempt_dir": str(run_dir), "job_id": job_id, "cancel_requested": True,
-            "shards": [str(s) for s in shards]}

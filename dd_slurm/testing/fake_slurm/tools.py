@@ -96,13 +96,17 @@ def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Opti
     fake.set_job(job_id, pid=proc.pid)
 
 
-FAKE_NODES = ("127.0.2.1", "127.0.2.2", "127.0.2.3")  # loopback addresses: they resolve everywhere
+
+
+def fake_node(index: int) -> str:
+    """Node k is 127.0.2.(k+1): any allocation up to 254 nodes, each with its own address."""
+    return f"127.0.2.{index % 254 + 1}"
 
 
 def allocation(options: dict[str, Optional[str]], first: int = 0) -> dict[str, str]:
     """The SLURM_* variables a batch script gets for its --nodes and --gres; array task i starts
-    on node i (mod 3), so tasks running side by side get different nodes when they fit."""
-    nodes = tuple(FAKE_NODES[(first + k) % len(FAKE_NODES)] for k in range(int(options.get("--nodes") or 1)))
+    on node i, so tasks running side by side get different nodes."""
+    nodes = tuple(fake_node(first + k) for k in range(int(options.get("--nodes") or 1)))
     env = {"SLURM_JOB_NODELIST": ",".join(nodes), "SLURM_JOB_NUM_NODES": str(len(nodes)), "SLURMD_NODENAME": nodes[0]}
     gres = options.get("--gres") or ""
     if gres.startswith("gpu:"):
