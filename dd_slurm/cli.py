@@ -9,6 +9,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from dd_slurm.errors import EXIT_INVALID, DdSlurmError
+from dd_slurm.machine.table import UNTIL_STATES
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -32,14 +33,15 @@ def cli() -> None:
 @click.argument("plans", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @json_option
 def validate(plans: tuple[str, ...], as_json: bool) -> None:
-    """Strictly validate resolved plan files (exit 2 on the first invalid field of each)."""
+    """Strictly validate resolved plan files (exit 2 on the first invalid field of each); `-` reads stdin."""
     from dd_slurm.errors import PlanError
-    from dd_slurm.plan import load_plan, plan_digest
+    from dd_slurm.plan import load_plan, parse_plan, plan_digest
 
     results, errors = [], []
     for path in plans:
         try:
-            results.append({"plan": path, "valid": True, "digest": plan_digest(load_plan(path))})
+            plan = parse_plan(sys.stdin.buffer.read()) if path == "-" else load_plan(path)
+            results.append({"plan": path, "valid": True, "digest": plan_digest(plan)})
         except PlanError as err:
             results.append({"plan": path, "valid": False, "error": str(err)})
             errors.append(f"error: {path}: {err}" if len(plans) > 1 else f"error: {err}")
@@ -75,20 +77,59 @@ def diagram(directory: str, check: bool) -> None:
 @click.argument("attempt_dir", type=click.Path())
 @json_option
 @click.option("--chart", is_flag=True, help="Print a Mermaid statechart with the path this attempt took.")
-def inspect(attempt_dir: str, as_json: bool, chart: bool) -> None:
-    """State, transition history, readiness, endpoints, processes and the cleanup report."""
+@click.option("--timeline", is_flag=True, help="Where the time went: queue wait, each state, each deployment's "
+              "load, and the GPU time spent before the client started.")
+@click.option("--mermaid", "as_mermaid", is_flag=True, help="With --timeline: a Mermaid gantt chart.")
+def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mermaid: bool) -> None:
+    """State, failure and the log to open, history, readiness, endpoints, result, gateway,
+    processes and the cleanup report."""
     from dd_slurm.store.view import attempt_dir as checked_dir, inspect_attempt
 
+    if chart and (as_json or timeline):
+        raise click.UsageError("--chart prints Mermaid; it cannot be combined with --json or --timeline")
+    if as_mermaid and (as_json or not timeline):
+        raise click.UsageError("--mermaid goes with --timeline, without --json")
     directory = checked_dir(attempt_dir)
+    if timeline:
+        from dd_slurm import timeline as TL
+
+        found = TL.load(directory)
+        if as_mermaid:
+            click.echo(TL.mermaid(found), nl=False)
+        else:
+            emit(found.to_json(), as_json, lambda _: TL.table(found))
+        return
     view = inspect_attempt(directory)
     if chart:
         from dd_slurm.machine.diagram import path_chart
 
         click.echo(path_chart(view["history"]), nl=False)
         return
-    from dd_slurm.report import inspect_text
+    from dd_slurm.report_inspect import inspect_text
 
     emit(view, as_json, inspect_text)
+
+
+@cli.command()
+@click.argument("attempt_dir", type=click.Path())
+@click.argument("name", required=False)
+@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing what is appended, until the "
+              "attempt is done and the log stops growing (Ctrl-C stops).")
+@json_option
+def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> None:
+    """Without NAME, the attempt's logs with their sizes; with NAME (batch, supervisor, client,
+    preflight, deploy-<name>-<n>, ...), that log."""
+    from dd_slurm import logs as L
+    from dd_slurm.store.view import attempt_dir as checked_dir
+
+    directory = checked_dir(attempt_dir)
+    if name is None and not follow_:
+        found = L.list_logs(directory)
+        emit([log.to_json() for log in found], as_json, lambda _: L.listing_text(found, directory))
+    elif name is None or as_json:
+        raise click.UsageError("-f needs a log NAME" if name is None else "--json lists the logs; not with NAME")
+    else:
+        L.show(directory, name, follow_, _clock(), sys.stdout.buffer)
 
 
 def _commands(timeout_s: float = 30.0):
@@ -150,12 +191,9 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
 
     loaded = load_plan(plan)
     if loaded.job.array is not None:
-        from dd_slurm.shards import stage_run
+        from dd_slurm.shards import stage_run_summary
 
-        run = stage_run(loaded, workspace, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None)
-        out = {"attempt_dir": str(run.run_dir), "shards": [str(d) for d in run.shard_dirs],
-               "bundle_digest": run.bundle_digest, "plan_digest": run.plan_digest, "job_name": run.job_name}
-        emit(out, as_json, lambda v: v["attempt_dir"])
+        emit(stage_run_summary(loaded, workspace, _clock(), os.environ), as_json, lambda v: v["attempt_dir"])
         return
     staged = do_stage(loaded, workspace, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None)
     out = {"attempt_dir": str(staged.attempt_dir), "bundle_digest": staged.bundle_digest,
@@ -164,90 +202,75 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("plan", type=click.Path(dir_okay=False))
+@click.argument("plan", metavar="PLAN|ATTEMPT_DIR", type=click.Path())
 @workspace_option
 @json_option
-def submit(plan: str, workspace: str, as_json: bool) -> None:
-    """Stage and submit PLAN; returns as soon as Slurm accepts the job."""
+@click.option("--wait", is_flag=True, help="Follow the attempt to its end like `status --watch`; exit 0 if it "
+              "succeeded, 4 otherwise.")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1), help="With --wait.")
+def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float) -> None:
+    """Stage and submit PLAN, or submit an attempt staged earlier; returns as soon as Slurm
+    accepts the job, unless --wait."""
     import os
+    from pathlib import Path
 
-    from dd_slurm.control import submit as do_submit
-
+    if Path(plan, "run.json").is_file():
+        from dd_slurm.shards import submit_staged_run as do_submit
+    elif Path(plan).is_dir():
+        from dd_slurm.submit_staged import submit_staged as do_submit  # type: ignore[assignment]
+    else:
+        from dd_slurm.control import submit as do_submit  # type: ignore[assignment]
     out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
-    emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
+    if wait and as_json:  # the whole output is JSON Lines
+        click.echo(json.dumps(out, sort_keys=True))
+    else:
+        emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
+    if wait and "shards" in out:
+        _run_status(out["attempt_dir"], as_json, True, interval)
+    if wait:
+        sys.exit(_follow(Path(out["attempt_dir"]), _clock(), _commands(), interval, as_json))
 
 
 @cli.command()
 @click.argument("attempt_dir", type=click.Path())
 @json_option
-@click.option("--watch", is_flag=True, help="Keep observing until the attempt and the job have ended.")
+@click.option("--watch", is_flag=True, help="Keep observing until the attempt and the job have ended: a line per "
+              "change, a heartbeat every 30 s; exit 0 if it succeeded, 4 otherwise. With --json: JSON Lines, "
+              "one status object per observation.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
 def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
     """The attempt's state from disk plus a fresh scheduler observation."""
     from dd_slurm.control import status as do_status
-    from dd_slurm.report import progress_line, status_text
-    from dd_slurm.store.attempt_record import read_record
     from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     if is_run_dir(attempt_dir):
         return _run_status(attempt_dir, as_json, watch, interval)
     directory, clock, commands = checked_dir(attempt_dir), _clock(), _commands()
-    submitted = read_record(directory).get("submitted_at")
-    last = None
-    while True:
-        view = do_status(directory, commands, clock)
-        if as_json:
-            click.echo(json.dumps(view, sort_keys=True, indent=None if watch else 1))
-        elif not watch:
-            click.echo(status_text(view))
-        else:
-            line = progress_line(view, clock.wall() - submitted if submitted else None)
-            if line[11:] != last:
-                click.echo(line)
-                last = line[11:]
-        if not watch or _finished(view):
-            if watch and not as_json:
-                _explain_stop(view)
-            return
-        clock.sleep(interval)
+    if not watch:
+        from dd_slurm.report import status_text
+
+        emit(do_status(directory, commands, clock), as_json, status_text)
+        return
+    sys.exit(_follow(directory, clock, commands, interval, as_json))
 
 
 def _run_status(run_dir: str, as_json: bool, watch: bool, interval: float) -> None:
-    """`status <run dir>`: every shard, observed together; `--watch` until every shard's job ended."""
-    from pathlib import Path
+    """`status <run dir>`: every shard in one round; `--watch`: exit 0 if all succeeded, else 4."""
+    from dd_slurm.runs_view import watch_run
 
-    from dd_slurm.runs_view import run_finished, run_status, run_status_text
-
-    clock, commands, last = _clock(), _commands(), None
-    while True:
-        view = run_status(Path(run_dir), commands, clock.wall())
-        text = json.dumps(view, sort_keys=True, indent=None if watch else 1) if as_json else run_status_text(view)
-        if text != last:
-            click.echo(text)
-            last = text
-        if not watch or run_finished(view):
-            return
-        clock.sleep(interval)
+    code = watch_run(run_dir, _commands(), _clock(), click.echo, as_json, watch, interval)
+    if code is not None:
+        sys.exit(code)
 
 
-def _finished(view: dict) -> bool:
-    """Stop watching once the job has ended (the attempt is then done, or never will be), or
-    when there is no job to watch."""
-    scheduler = view.get("scheduler")
-    if scheduler is None:
-        return True
-    return bool(scheduler.get("terminal"))
+def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
+    from dd_slurm.control import status as do_status
+    from dd_slurm.store.attempt_record import read_record
+    from dd_slurm.watch import follow
 
-
-def _explain_stop(view: dict) -> None:
-    from dd_slurm.report import disagreement
-
-    if view.get("scheduler") is None:
-        click.echo("not submitted: nothing to watch")
-    problem = disagreement(view["attempt"], view.get("scheduler"))
-    if problem:
-        click.echo(f"warning: {problem}")
+    return follow(lambda: do_status(directory, commands, clock), clock, click.echo,
+                  read_record(directory).get("submitted_at"), interval, as_json)
 
 
 @cli.command()
@@ -284,15 +307,9 @@ def cancel(attempt_dir: str, as_json: bool) -> None:
     from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
-    if is_run_dir(attempt_dir):
-        from pathlib import Path
-
-        from dd_slurm.runs_view import cancel_run
-
-        out = cancel_run(Path(attempt_dir), _commands(), _clock().wall())
-        emit(out, as_json, lambda v: f"cancel requested for array job {v['job_id']} ({len(v['shards'])} shards)")
-        return
-    out = do_cancel(checked_dir(attempt_dir), _commands(), _clock())
+    if is_run_dir(attempt_dir):  # a run: one scancel of its array
+        from dd_slurm.runs_view import cancel_run as do_cancel  # type: ignore[assignment]
+    out = do_cancel(checked_dir(attempt_dir, runs=True), _commands(), _clock())
     emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}")
 
 
@@ -347,7 +364,7 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
 @cli.command()
 @click.argument("attempt_dir", type=click.Path())
 @click.option("--until", "until", type=click.Choice(
-    ["verified", "preflight", "deploying", "ready", "client", "finalize", "cleanup", "done"]),
+    list(UNTIL_STATES)),
     help="Stop on reaching this state (default: run to done).")
 @_with_digests
 def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan_digest: str | None) -> None:
@@ -365,9 +382,11 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+    except click.UsageError as err:  # one line and a hint, not click's four
+        command = err.ctx.command_path if err.ctx else "dd-slurm"
+        fail(f"{err.format_message()} (try '{command} --help')", EXIT_INVALID)
     except click.ClickException as err:
-        err.show()
-        sys.exit(EXIT_INVALID if err.exit_code == 2 else err.exit_code)
+        fail(err.format_message(), EXIT_INVALID if err.exit_code == 2 else err.exit_code)
     except click.exceptions.Abort:
         fail("aborted", 130)
     except DdSlurmError as err:

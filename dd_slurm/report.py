@@ -41,16 +41,6 @@ def cleanup_lines(report: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def inspect_text(view: dict[str, Any]) -> str:
-    lines = [attempt_line(view["attempt"]), "history:"]
-    lines += history_lines(view["history"]) or ["  (no transitions yet)"]
-    lines += readiness_lines(view.get("readiness"))
-    endpoints = view.get("endpoints") or {}
-    lines.append("endpoints: " + (", ".join(sorted(endpoints.get("models", {}))) or "none published"))
-    lines += cleanup_lines(view.get("cleanup"))
-    return "\n".join(lines)
-
-
 def scheduler_line(obs: dict[str, Any] | None) -> str:
     if not obs:
         return "scheduler: not submitted"
@@ -82,17 +72,3 @@ def status_text(view: dict[str, Any]) -> str:
         lines += readiness_lines(view["readiness"])
     return "\n".join(lines)
 
-
-def progress_line(view: dict[str, Any], elapsed_s: float | None) -> str:
-    """One line for `status --watch`: elapsed time, machine state, each deployment, the job."""
-    attempt = view["attempt"]
-    parts = [f"[{elapsed_s:7.1f}s]" if elapsed_s is not None else "[      ?]", f"{attempt['state']:<9}"]
-    deployments = ((view.get("readiness") or {}).get("deployments") or {})
-    if deployments:
-        parts.append(" ".join(f"{name}:{dep.get('state')}" for name, dep in sorted(deployments.items())))
-    obs = view.get("scheduler")
-    if obs:
-        parts.append(f"| job {obs['job_id']} {obs['state']}")
-    if attempt.get("outcome"):
-        parts.append(f"=> {attempt['outcome']} ({attempt['reason']})")
-    return "  ".join(parts)

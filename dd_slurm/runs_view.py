@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store.atomic import sync_filesystem
@@ -53,13 +54,13 @@ def run_finished(view: dict[str, Any]) -> bool:
     return all(s["scheduler"] is None or s["scheduler"].get("terminal") for s in view["shards"])
 
 
-def cancel_run(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
+def cancel_run(run_dir: Path, commands: Any, clock: Any) -> dict[str, Any]:
     """One `scancel <array job id>`: running shards are cancelled, pending ones never start. The
     request is recorded on the run and on every shard first."""
     from dd_slurm.shards import shard_dirs
     from dd_slurm.store.run_record import read_run, update_run
 
-    job_id = read_run(run_dir).get("job_id")
+    now, job_id = clock.wall(), read_run(run_dir).get("job_id")
     if not job_id:
         raise AttemptDirError(f"{run_dir}: never submitted, nothing to cancel")
     with update_run(run_dir) as record:
@@ -72,3 +73,21 @@ def cancel_run(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
     commands.cancel(job_id)
     return {"attempt_dir": str(run_dir), "job_id": job_id, "cancel_requested": True,
             "shards": [str(s) for s in shards]}
+
+
+def watch_run(run_dir: str, commands: Any, clock: Any, echo: Callable[[str], None], as_json: bool, watch: bool,
+              interval: float) -> Optional[int]:
+    """Print the run's status (again on every change with `watch`, until every shard's job
+    ended); with `watch`, the exit code: 0 if every shard succeeded, 4 otherwise."""
+    last = None
+    while True:
+        view = run_status(Path(run_dir), commands, clock.wall())
+        text = json.dumps(view, sort_keys=True, indent=None if watch else 1) if as_json else run_status_text(view)
+        if text != last:
+            echo(text)
+            last = text
+        if not watch:
+            return None
+        if run_finished(view):
+            return 0 if all((v["effective"] or {}).get("outcome") == "succeeded" for v in view["shards"]) else 4
+        clock.sleep(interval)

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 import attrs
 
 from dd_slurm.clock import Clock
-from dd_slurm.errors import AttemptDirError
+from dd_slurm.errors import AttemptDirError, InvalidInput
 from dd_slurm.plan import Plan, canonical_json, plan_digest
 from dd_slurm.scheduler.render import LOG_DIR, ScriptContext, render_script
 from dd_slurm.store.atomic import sync_filesystem, write_atomic
@@ -91,6 +91,13 @@ def stage_run(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional
     return StagedRun(run_id, final, tuple(shards), bundle_digest, ctx.plan_digest, ctx.job_name, final / SCRIPT_NAME)
 
 
+def stage_run_summary(plan: Plan, workspace: str, clock: Clock, environ: Mapping[str, str]) -> dict[str, Any]:
+    """`dd-slurm stage` of an array plan: the run dir stands where the attempt dir would."""
+    run = stage_run(plan, workspace, clock, environ.get("DD_SLURM_BIN_DIR") or None)
+    return {"attempt_dir": str(run.run_dir), "shards": [str(d) for d in run.shard_dirs],
+            "bundle_digest": run.bundle_digest, "plan_digest": run.plan_digest, "job_name": run.job_name}
+
+
 def _write_run(directory: Path, plan: Plan, ctx: ScriptContext, clock: Clock) -> None:
     count = plan.job.shards
     write_atomic(directory / PLAN_NAME, canonical_json(plan), mode=0o400, durable=False)
@@ -129,17 +136,45 @@ def _stage_shard(attempts: Path, plan_file: Path, ctx: ScriptContext, index: int
 
 
 def submit_run(plan: Plan, workspace: str, commands: Any, clock: Clock, forward: Mapping[str, str]) -> dict[str, Any]:
-    """Stage the run, submit its one array job, record the job id on the run and every shard."""
+    """Stage the run and submit its one array job."""
     staged = stage_run(plan, workspace, clock, commands.bin_dir)
+    return submit_run_dir(staged.run_dir, commands, clock, forward)
+
+
+def submit_run_dir(run_dir: Path, commands: Any, clock: Clock, forward: Mapping[str, str]) -> dict[str, Any]:
+    """Submit a staged run, once: claimed under the run record's lock, so two submits cannot both
+    reach sbatch; the array job id is recorded on the run (the shards read theirs from it)."""
+    with update_run(run_dir) as record:
+        if record.get("job_id") or record.get("submit_started_at"):
+            raise InvalidInput(f"{run_dir}: already submitted (job {record.get('job_id') or '?'}); "
+                               "submit the plan again for a new run")
+        record["submit_started_at"] = clock.wall()
     try:
-        job_id = commands.submit(staged.script, staged.job_name, forward)
+        job_id = commands.submit(Path(run_dir) / SCRIPT_NAME, record["job_name"], forward)
     except Exception as err:
-        with update_run(staged.run_dir) as record:
-            record["submit_error"] = str(err)
+        with update_run(run_dir) as fresh:
+            fresh.update(submit_error=str(err), submit_started_at=None)
         raise
-    with update_run(staged.run_dir) as record:  # shard records read their job ids from here
-        record.update(job_id=job_id, submitted_at=clock.wall())
-    return {"attempt_dir": str(staged.run_dir), "job_id": job_id, "shards": [str(s) for s in staged.shard_dirs]}
+    with update_run(run_dir) as fresh:
+        fresh.update(job_id=job_id, submitted_at=clock.wall())
+    return {"attempt_dir": str(run_dir), "job_id": job_id, "shards": [str(d) for d in shard_dirs(run_dir)]}
+
+
+def submit_staged_run(run_dir: str, workspace: str, commands: Any, clock: Clock,
+                      environ: Mapping[str, str]) -> dict[str, Any]:
+    """`dd-slurm submit <run dir>`: a run staged earlier (`dd-slurm stage` of an array plan)."""
+    from dd_slurm.bundle.stage import workspace_path
+    from dd_slurm.plan import load_plan
+    from dd_slurm.scheduler.render import forwarded_names
+
+    directory = Path(run_dir).resolve()
+    if directory.parent != (workspace_path(workspace) / RUNS_DIR).resolve():
+        raise InvalidInput(f"{run_dir}: not a run of workspace {workspace}")
+    names = forwarded_names(load_plan(directory / PLAN_NAME))
+    missing = [name for name in names if name not in environ]
+    if missing:
+        raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
+    return submit_run_dir(directory, commands, clock, {n: environ[n] for n in names})
 
 
 def shard_dirs(run_dir: Path) -> list[Path]:

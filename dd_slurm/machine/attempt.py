@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from transitions import Machine
 from transitions.core import EventData, MachineError as TransitionsMachineError
@@ -13,7 +13,8 @@ from dd_slurm.machine.journal import Journal, current_state
 
 
 class Actions(Protocol):
-    """The work the runtime supplies. Guards return True or raise AttemptFailure."""
+    """The work the runtime supplies, exactly `table.ACTION_NAMES` (a test holds them equal).
+    Guards return True or raise AttemptFailure."""
 
     def inputs_verified(self) -> bool: ...
     def launch_preflight(self) -> None: ...
@@ -56,17 +57,13 @@ class Attempt:
             if state_name in T.ON_ENTER:
                 self.machine.get_state(state_name).add_callback("enter", T.ON_ENTER[state_name])
 
-    # Guards and actions: each calls one named action of the runtime.
-    def inputs_verified(self, _e: EventData) -> bool: return self.actions.inputs_verified()
-    def launch_preflight(self, _e: EventData) -> None: self.actions.launch_preflight()
-    def preflight_passed(self, _e: EventData) -> bool: return self.actions.preflight_passed()
-    def launch_deployments(self, _e: EventData) -> None: self.actions.launch_deployments()
-    def deployments_ready(self, _e: EventData) -> bool: return self.actions.deployments_ready()
-    def publish_endpoints(self, _e: EventData) -> None: self.actions.publish_endpoints()
-    def launch_client(self, _e: EventData) -> None: self.actions.launch_client()
-    def client_succeeded(self, _e: EventData) -> bool: return self.actions.client_succeeded()
-    def results_valid(self, _e: EventData) -> bool: return self.actions.results_valid()
-    def run_cleanup(self, _e: Optional[EventData]) -> None: self.cleanup_once()
+    # Guards and actions: each table name calls the runtime action of that name (cleanup once).
+    def __getattr__(self, name: str) -> Callable[[Optional[EventData]], Any]:
+        if name == "run_cleanup":
+            return lambda _e: self.cleanup_once()
+        if name in T.ACTION_NAMES:
+            return lambda _e: getattr(self.actions, name)()
+        raise AttributeError(name)
 
     # The machine's own bookkeeping.
     def note_success(self, _e: EventData) -> None: self.set_outcome("succeeded", "ok", None)

@@ -62,7 +62,11 @@ def path_chart(entries: Iterable[dict]) -> str:
     moves = [e for e in entries if e.get("kind") == "transition"]
     taken = {(m["from"], m["to"]) for m in moves}
     current = moves[-1]["to"] if moves else T.INITIAL
-    out = [mermaid(active=current).rstrip(), "  classDef taken stroke:blue,stroke-width:3px"]
+    chart = mermaid().rstrip()  # the start arrow stays on the initial state; the active one is marked
+    if current != T.INITIAL:
+        chart = chart.replace(f"  Class {T.INITIAL} s_active\n", f"  Class {T.INITIAL} s_default\n").replace(
+            f"  Class {current} s_default\n", f"  Class {current} s_active\n")
+    out = [chart, "  classDef taken stroke:blue,stroke-width:3px"]
     visited = sorted({m["from"] for m in moves} | {current}, key=T.STATES.index)
     out += [f"  class {state} taken" for state in visited]
     out += [f"  %% taken: {a} --> {b}" for a, b in sorted(taken, key=lambda p: T.STATES.index(p[0]))]

@@ -71,19 +71,28 @@ ON_ENTER: dict[str, str] = {
 NEXT_TRIGGER: dict[str, str] = {edge.source: edge.trigger for edge in FORWARD}
 TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(edge.trigger for edge in EDGES))
 
-# The work the runtime supplies; the rest of the names in the table are the machine's own.
-ACTION_NAMES: tuple[str, ...] = (
-    "inputs_verified",
-    "launch_preflight",
-    "preflight_passed",
-    "launch_deployments",
-    "deployments_ready",
-    "publish_endpoints",
-    "launch_client",
-    "client_succeeded",
-    "results_valid",
-    "run_cleanup",
-)
+# The machine's own bookkeeping actions; every other guard and action name is work the runtime supplies.
+MACHINE_ACTIONS: frozenset[str] = frozenset({"note_success", "note_failure", "note_late_failure"})
+
+
+def _runtime_names() -> tuple[str, ...]:
+    """Runtime work in the order an attempt meets it: each state's entry work, then its exit edge."""
+    names: list[str] = []
+    for state in STATES:
+        names.append(ON_ENTER.get(state, ""))
+        edge = next((e for e in FORWARD if e.source == state), None)
+        if edge:
+            names.extend((edge.guard or "", edge.action or ""))
+    return tuple(dict.fromkeys(n for n in names if n and n not in MACHINE_ACTIONS))
+
+
+ACTION_NAMES: tuple[str, ...] = _runtime_names()
+GUARD_NAMES: frozenset[str] = frozenset(e.guard for e in EDGES if e.guard)
+# From the first state whose entry starts processes until cleanup, processes may be running that
+# only a live supervisor can account for.
+LIVE_STATES: tuple[str, ...] = STATES[min(STATES.index(s) for s in ON_ENTER if s != CLEANUP): STATES.index(CLEANUP)]
+# States `advance --until` can stop at: every state after the initial one.
+UNTIL_STATES: tuple[str, ...] = STATES[1:]
 
 
 def next_state(state: str, trigger: str) -> str | None:

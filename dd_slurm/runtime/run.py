@@ -18,11 +18,9 @@ from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import start_time
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store.atomic import write_json_atomic
+from dd_slurm.timeline import write_timeline
 
 SUPERVISOR_NAME = "supervisor.json"
-
-# States whose processes belonged to a supervisor that is gone: they cannot be adopted.
-UNSUPERVISED = ("preflight", "deploying", "ready", "client", "finalize")
 
 
 def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
@@ -34,12 +32,14 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
     write_supervisor_record(session.dir, "running")
     try:
         attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
-        if attempt.state in UNSUPERVISED:
+        if attempt.state in T.LIVE_STATES:  # a gone supervisor's processes cannot be adopted
             attempt.fire(T.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
                          detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")
         attempt.advance(until)
         for reason in gate.unheeded():  # journaled as ignored: cleanup was not restarted or aborted
             attempt.fire(T.FAILURE_TRIGGER, reason=reason)
+        if attempt.state == T.TERMINAL:
+            write_timeline(session.dir)  # timeline.md: where the time went (never raises)
         return attempt
     finally:
         gate.uninstall()

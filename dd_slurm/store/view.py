@@ -17,15 +17,18 @@ CLEANUP_NAME = "cleanup.json"
 PROCESSES_NAME = "processes.json"
 RECORD_NAME = "attempt.json"
 MANIFEST_NAME = "result-manifest.json"
+SUPERVISOR_NAME = "supervisor.json"
+GATEWAY_STATS_NAME = "gateway-stats.json"
 
 
-def attempt_dir(path: str | Path) -> Path:
+def attempt_dir(path: str | Path, runs: bool = False) -> Path:
+    """An existing attempt dir; with `runs`, a run of shards' dir is accepted too."""
     directory = Path(path)
     if not directory.is_dir():
         raise AttemptDirError(f"{path}: not an attempt directory (it does not exist)")
     if not (directory / PLAN_NAME).is_file():
         raise AttemptDirError(f"{path}: not an attempt directory (no {PLAN_NAME})")
-    if (directory / "run.json").is_file():
+    if not runs and (directory / "run.json").is_file():
         raise AttemptDirError(f"{path}: a run of shards, not one attempt (status and cancel take it; "
                               "otherwise name a shard: dd-slurm list)")
     return directory
@@ -69,5 +72,6 @@ def inspect_attempt(directory: Path) -> dict[str, Any]:
         "processes": read_json(directory / PROCESSES_NAME),
         "cleanup": read_json(directory / CLEANUP_NAME),
         "result": read_json(directory / MANIFEST_NAME),
+        "gateway": read_json(directory / GATEWAY_STATS_NAME),
         "record": record,
     }

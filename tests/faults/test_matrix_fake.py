@@ -69,12 +69,22 @@ def test_fault_cell_on_fakes(tmp_path, fake_slurm, cell: Cell) -> None:
     check_cell_aftermath(staged.attempt_dir, cell, no_leftovers(staged.attempt_id))
 
 
+@pytest.mark.timeout(90)
 def test_cleanup_called_twice_does_nothing_new(tmp_path, fake_slurm) -> None:
-    """A second cleanup of a finished attempt finds nothing to stop, raises nothing, counts its run."""
-    cell = CELLS[0]
+    """After an attempt whose cleanup had live processes to stop (the client hangs past its
+    timeout, its server still serving), a second cleanup from a fresh process signals nothing,
+    finds no process carrying the attempt's id on this machine (its scan really ran), raises
+    nothing and counts its run."""
+    cell = next(c for c in CELLS if c.fault == "client_hangs")
     staged, _code, _ = run_cell(tmp_path, fake_slurm, cell)
     first = json.loads((staged.attempt_dir / "cleanup.json").read_text())
+    stopped = sorted(p["name"] for p in first["processes"] if "SIG" in p["how"])
+    assert ["client", "deploy-small-0"] == stopped
+    signalled = []
     table = ProcessTable(staged.attempt_dir, Clock())
     again = Cleanup(staged.attempt_dir, table, None, Clock(), 1.0, (), staged.attempt_id,
-                    lambda name, sig: False, lambda: None).run([["client"], ["deploy-small-0"]], "failed", "again")
-    assert (first["runs"] + 1, "clean", []) == (again["runs"], again["verdict"], again["processes"])
+                    lambda name, sig: signalled.append((name, sig)) or False, lambda: None
+                    ).run([["client"], ["deploy-small-0"]], "failed", "again")
+    assert (first["runs"] + 1, "clean", [], [], []) == (
+        again["runs"], again["verdict"], again["leftovers_found"], again["leftovers_killed"], signalled)
+    assert ["no allocation to scan through"] == again["notes"]

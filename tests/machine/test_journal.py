@@ -11,9 +11,11 @@ from dd_slurm.machine.journal import Journal, read_journal
 
 READER = textwrap.dedent("""
     import json, sys, time
-    path, rounds = sys.argv[1], int(sys.argv[2])
-    seen = torn = 0
-    for _ in range(rounds):
+    path, final = sys.argv[1], int(sys.argv[2])
+    print("ready", flush=True)
+    seen, partial, torn = 0, set(), 0
+    deadline = time.monotonic() + 50
+    while seen < final and time.monotonic() < deadline:
         try:
             text = open(path).read()
         except FileNotFoundError:
@@ -26,21 +28,29 @@ READER = textwrap.dedent("""
                 json.loads(line)
             except ValueError:
                 torn += 1
+        if len(lines) < seen:  # append-only: a reader must never see it shrink
+            torn += 1
         seen = max(seen, len(lines))
-    print(seen, torn)
+        if 0 < len(lines) < final:
+            partial.add(len(lines))
+    print(seen, len(partial), torn)
 """)
 
 
 def test_reader_in_another_process_never_sees_a_torn_journal(tmp_path) -> None:
-    """While one process appends 400 entries, a concurrent reader parses every line it sees."""
+    """While one process appends 400 entries, a concurrent reader (started first, reading until it
+    sees all 400) parses every line of every version it reads, never sees the file shrink, and
+    really overlapped the writer: it read many intermediate versions."""
     path = tmp_path / "journal.jsonl"
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(path), "3000"], stdout=subprocess.PIPE, text=True)
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(path), "400"], stdout=subprocess.PIPE, text=True)
+    assert "ready" == reader.stdout.readline().strip()
     journal = Journal(tmp_path, FakeClock())
     for index in range(400):
         journal.append("transition", "a", "b", "t", detail="x" * (index % 50))
     out, _ = reader.communicate(timeout=60)
-    seen, torn = map(int, out.split())
-    assert 0 == torn
+    seen, intermediate, torn = map(int, out.split())
+    assert (400, 0) == (seen, torn)
+    assert intermediate >= 10, f"the reader saw only {intermediate} intermediate versions: no real overlap"
     assert 400 == len(read_journal(path))
 
 

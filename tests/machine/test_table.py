@@ -61,10 +61,11 @@ def test_every_state_before_cleanup_has_a_failure_edge() -> None:
     assert {(s, "fail") for s in before} <= {(e.source, e.trigger) for e in T.FAILURES if e.dest == "cleanup"}
 
 
-def test_every_named_callback_exists_on_the_model() -> None:
-    """Every guard, action and on-enter name in the table is a method of the Attempt model."""
+def test_every_named_callback_exists_on_the_model(tmp_path, clock) -> None:
+    """Every guard, action and on-enter name in the table resolves to a callable on an Attempt model."""
     names = {e.guard for e in T.EDGES} | {e.action for e in T.EDGES} | set(T.ON_ENTER.values())
-    missing = sorted(n for n in names - {None} if not callable(getattr(Attempt, n, None)))
+    model = Attempt(ScriptedActions(), Journal(tmp_path, clock))
+    missing = sorted(n for n in names - {None} if not callable(getattr(model, n, None)))
     assert [] == missing
 
 
@@ -113,3 +114,31 @@ def test_a_restored_machine_continues_from_the_journal(tmp_path, clock) -> None:
     assert ("cleanup", "cancelled") == (second.state, second.outcome)
     assert "done" == second.advance()
     assert ["run_cleanup"] == actions.calls
+
+
+def test_the_actions_protocol_is_exactly_the_tables_runtime_names() -> None:
+    """The typed Actions protocol names exactly the runtime work the table declares, no more, no less."""
+    from dd_slurm.machine.attempt import Actions
+
+    declared = {name for name in vars(Actions) if not name.startswith("_")}
+    assert set(T.ACTION_NAMES) == declared
+
+
+def test_runtime_actions_satisfy_the_protocol() -> None:
+    """RuntimeActions has a callable for every runtime name in the table, with the protocol's arity."""
+    import inspect
+
+    from dd_slurm.machine.attempt import Actions
+    from dd_slurm.runtime.actions import RuntimeActions
+
+    def arity(func) -> int:
+        return len(inspect.signature(func).parameters)
+
+    expected = {name: arity(getattr(Actions, name)) for name in T.ACTION_NAMES}
+    actual = {name: arity(getattr(RuntimeActions, name)) for name in T.ACTION_NAMES if hasattr(RuntimeActions, name)}
+    assert expected == actual
+
+
+def test_live_states_run_from_the_first_launch_to_cleanup() -> None:
+    """The states in which only a live supervisor can account for processes come from the table."""
+    assert ("preflight", "deploying", "ready", "client", "finalize") == T.LIVE_STATES

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 from hypothesis import given, strategies as st
@@ -198,9 +199,10 @@ def test_signals_are_recorded_then_decided_at_the_next_check(signo, expected) ->
 
 
 def test_signals_during_spawns_never_leave_an_untracked_child(tmp_path) -> None:
-    """While another process floods the supervisor with SIGTERM/SIGUSR1, 40 spawns each end up
-    registered (in memory and in processes.json) and are all waited for: handlers only record,
-    so no signal can land between a fork and the registration of its child."""
+    """While another process floods the supervisor with SIGTERM/SIGUSR1 (from before the first
+    spawn until after the last), 40 spawns each end up registered (in memory and in
+    processes.json) and are all waited for: handlers only record, so no signal can land between a
+    fork and the registration of its child. Signals provably arrived during the spawns."""
     import subprocess
     import sys
 
@@ -210,21 +212,28 @@ def test_signals_during_spawns_never_leave_an_untracked_child(tmp_path) -> None:
     gate = SignalGate().install()
     flood = subprocess.Popen([sys.executable, "-c", (
         "import os, signal, sys, time\n"
-        "pid = int(sys.argv[1])\n"
-        "for i in range(400):\n"
+        "pid, i = int(sys.argv[1]), 0\n"
+        "while True:\n"
         "    os.kill(pid, signal.SIGTERM if i % 2 else signal.SIGUSR1)\n"
-        "    time.sleep(0.002)\n"), str(os.getpid())])
+        "    i += 1\n"
+        "    time.sleep(0.001)\n"), str(os.getpid())])
     table = ProcessTable(tmp_path, Clock())
     try:
+        deadline = Clock().monotonic() + 20
+        while not gate.received and Clock().monotonic() < deadline:
+            time.sleep(0.001)
+        before = len(gate.received)
         for index in range(40):
             table.spawn(f"child-{index}", ["/bin/true"], {"PATH": "/usr/bin:/bin"}, tmp_path / "log")
+        during = len(gate.received) - before
     finally:
+        flood.kill()
         flood.wait(timeout=30)
         gate.uninstall()
     recorded = json.loads((tmp_path / "processes.json").read_text())["processes"]
     assert 40 == len(table.procs) == len(recorded)
     assert all(table.wait(name, Clock().monotonic() + 10) == 0 for name in table.procs)
-    assert len(gate.received) > 0
+    assert before > 0 and during >= 40, f"signals before the spawns: {before}, during them: {during}"
 
 
 def test_replicas_of_a_one_gpu_model_pack_onto_a_shared_node() -> None:

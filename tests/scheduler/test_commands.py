@@ -11,8 +11,13 @@ from dd_slurm.scheduler.commands import SlurmCommands, id_chunks, tool_env
 
 
 def _script(tmp_path, name="dd-test-1", body="sleep 30", *extra):
+    """A batch script whose output goes to tmp_path (without --output, sbatch writes slurm-%j.out
+    into the directory it runs in: here, wherever pytest was started)."""
     script = tmp_path / "job.sh"
-    script.write_text("\n".join(["#!/bin/bash", f'#SBATCH --job-name="{name}"', *extra, body]) + "\n")
+    lines = ["#!/bin/bash", f'#SBATCH --job-name="{name}"', *extra]
+    if not any("--output" in line for line in extra):
+        lines.append(f'#SBATCH --output="{tmp_path}/slurm-%j.out"')
+    script.write_text("\n".join(lines + [body]) + "\n")
     return script
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dd_slurm.clock import Clock
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.testing.fake_slurm import install
@@ -17,3 +19,23 @@ def test_fake_slurm_normalizes_exactly_like_real_slurm(tmp_path, job_prefix, rea
     fake_slurm = install(tmp_path / "bin")
     fake = run_scenario(SlurmCommands(Clock(), str(fake_slurm.bin_dir), {}), tmp_path / "fake", job_prefix)
     assert real == fake
+
+
+def test_fake_sbatch_settles_environment_and_output_like_real_sbatch(tmp_path, job_prefix) -> None:
+    """The same script submitted from a directory, with a bare --export name, a NAME=value, an
+    unset name and SBATCH_JOB_NAME against the script's --job-name: the job sees the same variables
+    on both, and both write slurm-<id>.out into the submit directory."""
+    import shutil
+
+    from tests.testing.test_fake_sbatch import job_output, sbatch_in
+
+    fake_slurm = install(tmp_path / "bin")
+    seen = {}
+    for kind, bin_dir in (("real", Path(shutil.which("sbatch")).parent), ("fake", fake_slurm.bin_dir)):
+        work = tmp_path / kind
+        work.mkdir()
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FWD": "forwarded", "OTHER": "other",
+               "SBATCH_JOB_NAME": f"{job_prefix}from-env"}
+        job = sbatch_in(work, bin_dir, env, f"--job-name={job_prefix}from-script", '--export="FWD,SET=1,GONE"')
+        seen[kind] = job_output(work / f"slurm-{job}.out", 60)
+    assert seen["real"] == seen["fake"] == f"FWD=forwarded SET=1 OTHER=unset GONE=unset NAME={job_prefix}from-env\n"

@@ -6,6 +6,7 @@ cancelled on its own leaves no trace in squeue or sacct (as on Slurm 22.05)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -55,46 +56,66 @@ def pending(job: dict[str, Any]) -> list[int]:
     return [i for i in indices(job["array"])[0] if str(i) not in tasks]
 
 
-def schedule(fake: Any, job_id: str) -> None:
-    """Start pending tasks up to the throttle. Called at submission, when a task's runner ends and
-    after a cancel; the lock makes concurrent callers agree."""
+def start_driver(fake: Any, job_id: str, environ: dict[str, str], workdir: str) -> None:
+    """The array's scheduler: one detached process holding the job's environment (what --export
+    took from sbatch's environment, never written anywhere) that starts tasks as slots free up."""
+    proc = subprocess.Popen([sys.executable, "-m", "dd_slurm.testing.fake_slurm.arrays", str(fake.bin_dir), job_id],
+                            env={**environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}, cwd=workdir,
+                            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    fake.set_job(job_id, driver=proc.pid)
+
+
+def drive(fake: Any, job_id: str, environ: dict[str, str]) -> None:
+    """Start what fits, wait for any task's runner to end, repeat until nothing runs or waits."""
+    running: list[subprocess.Popen] = []
+    while True:
+        running += schedule(fake, job_id, environ)
+        running = [p for p in running if p.poll() is None]
+        if not running:
+            return
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+
+
+def schedule(fake: Any, job_id: str, environ: dict[str, str]) -> list[subprocess.Popen]:
+    """Start pending tasks up to the throttle (under the state lock)."""
+    started = []
     with fake.edit() as state:
         job = state["jobs"][job_id]
         if job["held"] or job["cancelled_by"] is not None or job.get("state"):
-            return
+            return []
         running = [t for t in job["tasks"].values() if t["pid"] and not _ended(fake, job_id, t)]
         throttle = indices(job["array"])[1]
         room = len(pending(job)) if throttle is None else max(0, throttle - len(running))
         for task in pending(job)[:room]:
             task_id = str(state["next_id"])
             state["next_id"] += 1
-            pid = _launch(fake, job, task_id, task)
-            job["tasks"][str(task)] = {"task": task, "job_id": task_id, "pid": pid, "cancelled_by": None,
+            proc = _launch(fake, job, task_id, task, environ)
+            started.append(proc)
+            job["tasks"][str(task)] = {"task": task, "job_id": task_id, "pid": proc.pid, "cancelled_by": None,
                                        "hidden": False}
+    return started
 
 
-def _launch(fake: Any, job: dict[str, Any], task_id: str, task: int) -> int:
+def _launch(fake: Any, job: dict[str, Any], task_id: str, task: int, environ: dict[str, str]) -> subprocess.Popen:
     from dd_slurm.testing.fake_slurm.tools import allocation
 
     options = job["options"]
-    out = output_path(options.get("--output") or "slurm-%A_%a.out", task_id, job["id"], task)
+    out = os.path.join(os.getcwd(), output_path(options.get("--output") or "slurm-%A_%a.out", task_id, job["id"], task))
     tasks = indices(job["array"])[0]
-    env = {"SLURM_JOB_ID": task_id, "SLURM_JOB_NAME": job["name"], "SLURM_ARRAY_JOB_ID": job["id"],
+    env = {"PATH": "/usr/bin:/bin", **environ, "SLURM_JOB_ID": task_id, "SLURM_ARRAY_JOB_ID": job["id"],
            "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": str(len(tasks)),
            "SLURM_ARRAY_TASK_MIN": str(min(tasks)), "SLURM_ARRAY_TASK_MAX": str(max(tasks)),
-           "PATH": "/usr/bin:/bin", **allocation(options, task)}
-    for item in (options.get("--export") or "").split(","):
-        name, sep, value = item.partition("=")
-        if sep:
-            env[name] = value
+           **allocation(options, task)}
     rc_file = fake.bin_dir / "jobs" / f"{job['id']}_{task}.rc"
     rc_file.parent.mkdir(exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dd_slurm.testing.fake_slurm.runjob", str(rc_file), job["script"], out,
-         str(fake.bin_dir), job["id"]],
+    return subprocess.Popen(
+        [sys.executable, "-m", "dd_slurm.testing.fake_slurm.runjob", str(rc_file), job["script"], out],
         env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}, start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return proc.pid
 
 
 def _ended(fake: Any, array_id: str, task: dict[str, Any]) -> bool:
@@ -152,3 +173,9 @@ def cancel(fake: Any, job_id: str, task: Optional[str], uid: int) -> list[int]:
                 started["cancelled_by"] = uid
                 pids.append(started["pid"])
     return pids
+
+
+if __name__ == "__main__":
+    from dd_slurm.testing.fake_slurm.state import FakeSlurm
+
+    drive(FakeSlurm(Path(sys.argv[1])), sys.argv[2], {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})

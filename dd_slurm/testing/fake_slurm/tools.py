@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from dd_slurm.testing.fake_slurm import arrays
 from dd_slurm.testing.fake_slurm.state import FakeSlurm
@@ -56,7 +56,7 @@ def sbatch(fake: FakeSlurm, argv: list[str]) -> int:
     p.add_argument("script")
     args = p.parse_args(argv)
     text = Path(args.script).read_text()
-    options = dict(read_directives(text))
+    options = batch_options(read_directives(text), os.environ)
     if args.test_only:
         print("sbatch: Job 1 to start at 2026-01-01T00:00:00 using 1 processors on nodes n1 in partition debug",
               file=sys.stderr)
@@ -70,29 +70,68 @@ def sbatch(fake: FakeSlurm, argv: list[str]) -> int:
         if job["array"]:
             job.update(tasks={}, options=options, script=str(Path(args.script).resolve()))
         state["jobs"][job_id] = job
-    if job["array"]:
+    if job["array"] and not job["held"]:
         arrays.indices(job["array"])  # a malformed spec fails here, as sbatch would refuse it
-        arrays.schedule(fake, job_id)
-    elif not job["held"]:
+        environ = {**job_environment(options.get("--export"), os.environ), "SLURM_SUBMIT_DIR": os.getcwd(),
+                   "SLURM_JOB_NAME": options.get("--job-name") or ""}
+        arrays.start_driver(fake, job_id, environ, os.getcwd())
+    elif not job["held"] and not job["array"]:
         start_job(fake, job_id, args.script, options)
     print(job_id if args.parsable else f"Submitted batch job {job_id}")
     return 0
 
 
-def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Optional[str]]) -> None:
-    out = arrays.output_path(options.get("--output") or "slurm-%j.out", job_id)
-    env = {"SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": options.get("--job-name") or "", "PATH": "/usr/bin:/bin",
-           **allocation(options)}
-    for item in (options.get("--export") or "").split(","):
+# sbatch's input environment variables for the options the fake understands (sbatch(1), INPUT
+# ENVIRONMENT VARIABLES). There is no SBATCH_NODES or SBATCH_HOLD.
+SBATCH_ENV = {"SBATCH_JOB_NAME": "--job-name", "SBATCH_OUTPUT": "--output", "SBATCH_ERROR": "--error",
+              "SBATCH_EXPORT": "--export", "SBATCH_GRES": "--gres", "SBATCH_ARRAY_INX": "--array",
+              "SBATCH_TIMELIMIT": "--time", "SBATCH_PARTITION": "--partition", "SBATCH_ACCOUNT": "--account",
+              "SBATCH_QOS": "--qos", "SBATCH_RESERVATION": "--reservation", "SBATCH_CONSTRAINT": "--constraint",
+              "SBATCH_MEM_PER_NODE": "--mem", "SBATCH_SIGNAL": "--signal", "SBATCH_EXCLUSIVE": "--exclusive",
+              "SBATCH_NO_REQUEUE": "--no-requeue"}
+
+
+def batch_options(directives: list[tuple[str, Optional[str]]], environ: Mapping[str, str]) -> dict[str, Optional[str]]:
+    """The job's options as sbatch settles them: `#SBATCH` lines, overridden by SBATCH_* variables
+    (command-line options would override both; the fake accepts none that set job options)."""
+    options = dict(directives)
+    for variable, option in SBATCH_ENV.items():
+        if variable in environ:
+            options[option] = environ[variable]
+    return options
+
+
+def job_environment(export: Optional[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """What --export gives the batch script: SLURM_* of the submitting environment always; then
+    NAME=value as written and a bare NAME with its value in sbatch's environment (skipped when
+    unset). NONE exports nothing else; ALL or no --export exports everything."""
+    items = [item for item in (export or "ALL").split(",") if item]
+    env = {k: v for k, v in environ.items() if k.startswith("SLURM_")}
+    if "ALL" in items:
+        env.update(environ)
+    for item in items:
         name, sep, value = item.partition("=")
         if sep:
             env[name] = value
+        elif name not in ("ALL", "NONE") and name in environ:
+            env[name] = environ[name]
+    return env
+
+
+def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Optional[str]]) -> None:
+    """Run the script as slurmd would: in the submitting directory (the job's working directory),
+    with its output where sbatch puts it (relative paths are relative to that directory)."""
+    workdir = os.getcwd()
+    out = os.path.join(workdir, arrays.output_path(options.get("--output") or "slurm-%j.out", job_id))
+    env = {**job_environment(options.get("--export"), os.environ), "SLURM_JOB_ID": job_id,
+           "SLURM_JOB_NAME": options.get("--job-name") or "", "SLURM_SUBMIT_DIR": workdir, **allocation(options)}
+    env.setdefault("PATH", "/usr/bin:/bin")
     rc_file = fake.bin_dir / "jobs" / f"{job_id}.rc"
     rc_file.parent.mkdir(exist_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "dd_slurm.testing.fake_slurm.runjob", str(rc_file), script, out],
                             env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
                             start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # sbatch returns at once, like real sbatch
+                            stderr=subprocess.DEVNULL, cwd=workdir)  # sbatch returns at once, like real sbatch
     fake.set_job(job_id, pid=proc.pid)
 
 
@@ -235,9 +274,7 @@ def _cancel_array(fake: FakeSlurm, job: dict[str, Any], job_id: str, signal_name
     if signal_name:
         return [t["pid"] for key, t in job.get("tasks", {}).items() if t["pid"] and task in (None, key)
                 and arrays.derive_task(fake, job["id"], t)[0] == "RUNNING"]
-    pids = arrays.cancel(fake, job["id"], task, os.getuid())
-    arrays.schedule(fake, job["id"])
-    return pids
+    return arrays.cancel(fake, job["id"], task, os.getuid())  # the array's driver starts what may start next
 
 
 def _signal_group(pid: int, signo: int) -> None:

@@ -1,0 +1,110 @@
+"""`inspect` as text: what a person looks for after a run. Pure: the inspect view in, text out."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from dd_slurm.report import attempt_line, cleanup_lines, history_lines, readiness_lines
+
+_SEE_LOG = re.compile(r"logs/([A-Za-z0-9._-]+?)\.(?:log|out)\b")
+_BY_REASON = (("preflight", "preflight"), ("client", "client"), ("result", "client"))
+
+
+def failure_entry(history: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The transition that ended the attempt other than `succeeded` (the first with its outcome)."""
+    ends = [e for e in history if e.get("kind") == "transition" and e.get("outcome")]
+    if not ends or ends[-1].get("outcome") == "succeeded":
+        return None
+    return next((e for e in ends if e.get("reason") == ends[-1].get("reason")), ends[-1])
+
+
+def log_to_open(reason: str, detail: str, readiness: Optional[dict[str, Any]]) -> str:
+    """The log name (for `dd-slurm logs`) most likely to explain a failure."""
+    named = _SEE_LOG.search(detail)
+    if named:
+        return named.group(1)
+    for prefix, log in _BY_REASON:
+        if reason.startswith(prefix):
+            return log
+    for name in sorted(((readiness or {}).get("deployments") or {}), key=len, reverse=True):
+        if detail.startswith((f"{name} ", f"{name}:")):
+            return f"deploy-{name}-0"
+    return "batch"
+
+
+def failure_lines(view: dict[str, Any]) -> list[str]:
+    entry = failure_entry(view.get("history") or [])
+    if entry is None:
+        return []
+    detail = str(entry.get("detail") or "")
+    log = log_to_open(str(entry.get("reason") or ""), detail, view.get("readiness"))
+    first = f"failure: {entry.get('reason')} in {entry.get('from')}" + (f": {detail}" if detail else "")
+    return [first, f"  log to open: dd-slurm logs {view['attempt']['dir']} {log}"]
+
+
+def result_lines(manifest: Optional[dict[str, Any]], attempt_dir: str) -> list[str]:
+    if not isinstance(manifest, dict):
+        return ["result: none recorded"]
+    where = f"{attempt_dir}/results/{manifest.get('path')}"
+    size = f"{manifest.get('format')}, {manifest.get('records')} records, {manifest.get('bytes')} bytes"
+    return [f"result: {where} ({size})", f"  sha256 {manifest.get('sha256')}"]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def endpoint_state(view: dict[str, Any]) -> str:
+    """`withdrawn` once cleanup withdrew them, whatever endpoints.json still says."""
+    endpoints, readiness = _dict(view.get("endpoints")), _dict(view.get("readiness"))
+    if readiness.get("endpoints") == "withdrawn" or endpoints.get("state") == "withdrawn":
+        return "withdrawn"
+    return str(endpoints.get("state") or readiness.get("endpoints") or "none")
+
+
+def endpoint_lines(view: dict[str, Any]) -> list[str]:
+    models = _dict(_dict(view.get("endpoints")).get("models"))
+    state = endpoint_state(view)
+    if not models:
+        return [f"endpoints: {state if state != 'none' else 'none published'}"]
+    verb = "were" if state == "withdrawn" else "are"
+    lines = [f"endpoints: {state} (the aliases below {verb} served)"]
+    for alias, spec in sorted(models.items()):
+        spec = spec if isinstance(spec, dict) else {}
+        urls = spec.get("url") or ", ".join(spec.get("base_urls") or []) or "?"
+        lines.append(f"  {alias}: {urls}")
+    return lines
+
+
+def _figures(value: Any) -> str:
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_figures(v)}" for k, v in sorted(value.items()) if not isinstance(v, (dict, list)))
+    return str(value)
+
+
+def gateway_lines(stats: Any) -> list[str]:
+    """Whatever the gateway recorded, generically: top-level figures, then one line per replica
+    (a list of objects under `replicas`, or an object of objects)."""
+    if not isinstance(stats, dict):
+        return []
+    lines = ["gateway:" + (f" {_figures(stats)}" if _figures(stats) else "")]
+    replicas = stats.get("replicas")
+    if isinstance(replicas, list):
+        lines += [f"  {_figures(r)}" for r in replicas if isinstance(r, dict)]
+    for key, value in sorted(stats.items()):
+        if isinstance(value, dict):
+            lines.append(f"  {key}: {_figures(value)}")
+    return lines
+
+
+def inspect_text(view: dict[str, Any]) -> str:
+    lines = [attempt_line(view["attempt"])]
+    lines += failure_lines(view)
+    lines += ["history:"] + (history_lines(view["history"]) or ["  (no transitions yet)"])
+    lines += readiness_lines(view.get("readiness"))
+    lines += endpoint_lines(view)
+    lines += result_lines(view.get("result"), view["attempt"]["dir"])
+    lines += gateway_lines(view.get("gateway"))
+    lines += cleanup_lines(view.get("cleanup"))
+    return "\n".join(lines)

@@ -1,0 +1,57 @@
+"""`dd-slurm submit ATTEMPT_DIR`: submit an attempt staged earlier (`dd-slurm stage`), once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from dd_slurm.clock import Clock
+from dd_slurm.errors import AttemptDirError, InvalidInput
+from dd_slurm.scheduler.commands import SlurmCommands
+from dd_slurm.store.attempt_record import update_record
+
+
+def claim(attempt_dir: Path, clock: Clock) -> dict[str, Any]:
+    """Mark the attempt as being submitted, under the record's lock, so that two `submit`s of one
+    dir cannot both reach sbatch. An attempt already submitted (or being submitted) is refused."""
+    from dd_slurm.machine.journal import JOURNAL_NAME, current_state, read_journal
+
+    state = current_state(read_journal(attempt_dir / JOURNAL_NAME), "staged")
+    with update_record(attempt_dir) as record:
+        if record.get("job_id"):
+            raise InvalidInput(f"{attempt_dir}: already submitted as job {record['job_id']}; "
+                               "stage a new attempt (submit the plan) to run it again")
+        if record.get("submit_started_at") or state != "staged":
+            raise InvalidInput(f"{attempt_dir}: a submission was already started (state {state}); "
+                               f"look for job {record.get('job_name')} with squeue --name")
+        record["submit_started_at"] = clock.wall()
+        return dict(record)
+
+
+def submit_staged(attempt_dir: str, workspace: str, commands: SlurmCommands, clock: Clock,
+                  environ: Mapping[str, str]) -> dict[str, Any]:
+    from dd_slurm.bundle.stage import SCRIPT_NAME, workspace_path
+    from dd_slurm.plan import load_plan
+    from dd_slurm.scheduler.render import forwarded_names
+    from dd_slurm.store.view import PLAN_NAME, attempt_dir as checked_dir
+
+    directory = checked_dir(attempt_dir).resolve()
+    if directory.parent != (workspace_path(workspace) / "attempts").resolve():
+        raise InvalidInput(f"{attempt_dir}: not an attempt of workspace {workspace}")
+    if not (directory / SCRIPT_NAME).is_file():
+        raise AttemptDirError(f"{attempt_dir}: no {SCRIPT_NAME} (not staged by dd-slurm?)")
+    names = forwarded_names(load_plan(directory / PLAN_NAME))
+    missing = [name for name in names if name not in environ]
+    if missing:
+        raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
+    record = claim(directory, clock)
+    try:
+        job_id = commands.submit(directory / SCRIPT_NAME, record["job_name"], {n: environ[n] for n in names})
+    except Exception as err:  # commands.submit raises only when no job was created: free the claim
+        with update_record(directory) as fresh:
+            fresh.pop("submit_started_at", None)
+            fresh["submit_error"] = str(err)
+        raise
+    with update_record(directory) as fresh:
+        fresh.update(job_id=job_id, submitted_at=clock.wall())
+    return {"attempt_dir": str(directory), "job_id": job_id}

@@ -1,0 +1,220 @@
+"""Where an attempt's time went (pure: records in, text out; `load` and `write_timeline` read and
+write the attempt dir).
+
+Phases come from the records the attempt already keeps: queue wait from the submission time
+(attempt.json) to the job's start (the supervisor's process start, supervisor.json: the batch
+script execs it); every state from the journal's transitions (verification is the time from the
+job's start until the machine left `verified`); each deployment's load from its first process's
+launch (processes.json) to the first healthy probe (readiness.json). The GPU time spent before
+the client started is the job's GPUs times the time from the job's start to the client's start.
+Records that are missing or malformed leave their rows out; nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import attrs
+
+TIMELINE_NAME = "timeline.md"
+PHASES = {"preflight": "preflight", "deploying": "deploying", "ready": "ready", "client": "client",
+          "finalize": "finalize", "cleanup": "cleanup"}
+
+
+@attrs.frozen
+class Row:
+    name: str
+    start: float
+    end: float
+    section: str  # "scheduler", "attempt" or "deployments"
+    note: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return max(self.end - self.start, 0.0)
+
+
+@attrs.frozen
+class Timeline:
+    attempt_id: str
+    origin: float
+    rows: tuple[Row, ...]
+    gpus: int
+    gpu_seconds_before_client: Optional[float]
+    client_started: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt_id": self.attempt_id, "origin": self.origin, "gpus": self.gpus,
+                "gpu_seconds_before_client": self.gpu_seconds_before_client, "client_started": self.client_started,
+                "rows": [{"name": r.name, "section": r.section, "start": r.start, "end": r.end,
+                          "seconds": round(r.seconds, 3), "note": r.note or None} for r in self.rows]}
+
+
+def _num(value: Any) -> Optional[float]:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _moves(entries: Any) -> list[tuple[str, str, float]]:
+    out = []
+    for e in entries if isinstance(entries, list) else []:
+        e = _dict(e)
+        ts = _num(e.get("ts"))
+        if e.get("kind") == "transition" and isinstance(e.get("from"), str) and isinstance(e.get("to"), str) \
+                and ts is not None:
+            out.append((e["from"], e["to"], ts))
+    return out
+
+
+def state_rows(moves: list[tuple[str, str, float]], job_start: Optional[float]) -> list[Row]:
+    """One row per visited state; `staged` and `verified` together are verification."""
+    rows = []
+    entered: dict[str, float] = {}
+    for source, dest, ts in moves:
+        if source in PHASES and source in entered and source != dest:
+            rows.append(Row(PHASES[source], entered.pop(source), ts, "attempt"))
+        leaves_verification = source == "verified" or (source == "staged" and dest != "verified")
+        if leaves_verification and job_start is not None:
+            rows.append(Row("verification", job_start, ts, "attempt"))
+        if dest != source:
+            entered[dest] = ts
+    return rows
+
+
+def _ready_at(dep: dict) -> Optional[float]:
+    ready_at = _num(dep.get("ready_at"))
+    if ready_at is not None:
+        return ready_at
+    probe = _dict(dep.get("last_probe"))
+    return _num(probe.get("time")) if probe.get("ok") is True and dep.get("ready") else None
+
+
+def load_rows(readiness: Any, processes: Any, until: Optional[float]) -> list[Row]:
+    """Each deployment from its first process's launch to its first healthy probe (or, never
+    ready, to the end of `deploying`)."""
+    procs = [_dict(p) for p in _dict(processes).get("processes") or [] if isinstance(p, dict)]
+    rows = []
+    for name, dep in sorted(_dict(_dict(readiness).get("deployments")).items()):
+        pattern = re.compile(rf"deploy-{re.escape(str(name))}-\d+\Z")
+        starts = [s for p in procs if pattern.match(str(p.get("name"))) and (s := _num(p.get("started_at")))]
+        if not starts:
+            continue
+        ready = _ready_at(_dict(dep))
+        end = ready if ready is not None else until
+        if end is not None:
+            rows.append(Row(f"{name} load", min(starts), end, "deployments",
+                            "launch to ready" if ready is not None else "never ready"))
+    return rows
+
+
+def build(attempt_id: str, record: Any, entries: Any, readiness: Any, processes: Any, supervisor: Any,
+          plan: Any) -> Timeline:
+    record, moves = _dict(record), _moves(entries)
+    job_start = _num(_dict(supervisor).get("started_at"))
+    submitted = _num(record.get("submitted_at"))
+    rows = []
+    if submitted is not None and job_start is not None and job_start >= submitted:
+        rows.append(Row("queue wait", submitted, job_start, "scheduler", "submit to start"))
+    rows += state_rows(moves, job_start)
+    deploying_end = next((ts for s, d, ts in moves if s == "deploying"), moves[-1][2] if moves else None)
+    rows += load_rows(readiness, processes, deploying_end)
+    rows.sort(key=lambda r: (r.start, r.section != "attempt"))
+    job = _dict(_dict(plan).get("job"))
+    nodes, per_node = _num(job.get("nodes")), _num(job.get("gpus_per_node"))
+    gpus = int(nodes * per_node) if nodes and per_node else 0
+    client_at = next((ts for s, d, ts in moves if d == "client"), None)
+    until = client_at if client_at is not None else (moves[-1][2] if moves else None)
+    gpu_seconds = gpus * (until - job_start) if job_start is not None and until is not None else None
+    origin = submitted if submitted is not None else (job_start if job_start is not None else
+                                                     (rows[0].start if rows else 0.0))
+    return Timeline(attempt_id, origin, tuple(rows), gpus, gpu_seconds, client_at is not None)
+
+
+def duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def gpu_line(tl: Timeline) -> str:
+    if tl.gpu_seconds_before_client is None:
+        return "GPU time before the client: unknown (no job start recorded)"
+    when = "before the client started" if tl.client_started else "without a client ever starting"
+    hours = tl.gpu_seconds_before_client / 3600
+    return (f"GPU time {when}: {tl.gpus} GPUs x {duration(tl.gpu_seconds_before_client / tl.gpus if tl.gpus else 0)}"
+            f" = {hours:.3f} GPU-hours")
+
+
+def _total(tl: Timeline) -> Optional[float]:
+    return max(r.end for r in tl.rows) - tl.origin if tl.rows else None
+
+
+def table(tl: Timeline) -> str:
+    """A plain table for the terminal: offset from submission, duration, note."""
+    lines = [f"where the time went: {tl.attempt_id}", f"  {'phase':<22} {'start':>9} {'took':>9}"]
+    for row in tl.rows:
+        name = ("  " if row.section == "deployments" else "") + row.name
+        lines.append(f"  {name:<22} {'+' + duration(row.start - tl.origin):>9} {duration(row.seconds):>9}"
+                     + (f"  {row.note}" if row.note else ""))
+    total = _total(tl)
+    if total is not None:
+        lines.append(f"  {'total':<22} {'':>9} {duration(total):>9}")
+    lines.append(gpu_line(tl))
+    return "\n".join(lines)
+
+
+def _label(text: str) -> str:
+    return re.sub(r"[:;#,]", " ", text)
+
+
+def mermaid(tl: Timeline) -> str:
+    """A Mermaid gantt chart (GitHub and most Markdown viewers draw it); times are epoch ms."""
+    lines = ["gantt", f"  title Where the time went: {_label(tl.attempt_id)}", "  dateFormat x",
+             "  axisFormat %H:%M:%S"]
+    for section in ("scheduler", "attempt", "deployments"):
+        rows = [(i, r) for i, r in enumerate(tl.rows) if r.section == section]
+        if rows:
+            lines.append(f"  section {section}")
+        for index, row in rows:
+            start = int(row.start * 1000)
+            lines.append(f"  {_label(row.name)} ({duration(row.seconds)}) :t{index}, {start}, "
+                         f"{max(int(row.end * 1000), start + 1)}")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(tl: Timeline) -> str:
+    rows = [f"| {r.name} | +{duration(r.start - tl.origin)} | {duration(r.seconds)} | {r.note} |" for r in tl.rows]
+    return "\n".join([f"# Where the time went: {tl.attempt_id}", "", "| phase | start | took | |", "|---|---|---|---|",
+                      *rows, "", gpu_line(tl), "", "```mermaid", mermaid(tl).rstrip(), "```", ""])
+
+
+def load(attempt_dir: Path) -> Timeline:
+    from dd_slurm.machine.journal import JOURNAL_NAME, read_journal
+    from dd_slurm.store.view import (PLAN_NAME, PROCESSES_NAME, READINESS_NAME, RECORD_NAME, SUPERVISOR_NAME,
+                                     read_json)
+
+    d = Path(attempt_dir)
+    return build(d.name, read_json(d / RECORD_NAME), read_journal(d / JOURNAL_NAME), read_json(d / READINESS_NAME),
+                 read_json(d / PROCESSES_NAME), read_json(d / SUPERVISOR_NAME), read_json(d / PLAN_NAME))
+
+
+def write_timeline(attempt_dir: Path) -> Optional[Path]:
+    """timeline.md in the attempt dir, for the supervisor's last act; never raises on unreadable
+    records or an unwritable dir (it returns None): the attempt's outcome is already recorded."""
+    from dd_slurm.errors import DdSlurmError
+    from dd_slurm.store.atomic import write_atomic
+
+    try:
+        path = Path(attempt_dir) / TIMELINE_NAME
+        write_atomic(path, markdown(load(attempt_dir)).encode())
+        return path
+    except (OSError, DdSlurmError):
+        return None

@@ -1,0 +1,88 @@
+"""`inspect` after a run: the failure and the log to open, the result, the endpoints' state, the
+gateway's figures, and the path chart."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from dd_slurm.report_inspect import endpoint_lines, failure_lines, gateway_lines, inspect_text, log_to_open
+from dd_slurm.store.view import inspect_attempt
+from tests.conftest import FIXTURES
+
+
+def view_of(tmp_path, case: str) -> dict:
+    attempt = tmp_path / case
+    shutil.copytree(FIXTURES / "timeline" / case, attempt)
+    return inspect_attempt(attempt)
+
+
+def test_a_failure_names_its_detail_and_the_log_to_open(tmp_path) -> None:
+    """A readiness timeout of `big`: the reason, the state it happened in, the detail, and the
+    command that shows the deployment's log."""
+    view = view_of(tmp_path, "readiness-timeout")
+    assert ["failure: readiness_timeout in deploying: big not healthy within 60s",
+            f"  log to open: dd-slurm logs {view['attempt']['dir']} deploy-big-0"] == failure_lines(view)
+
+
+@pytest.mark.parametrize(("reason", "detail", "log"), [
+    ("client_failed", "client exited 3; see logs/client.log", "client"),
+    ("server_exited", "deploy-small-1 exited 1; see logs/deploy-small-1.log", "deploy-small-1"),
+    ("preflight_failed", "", "preflight"),
+    ("result_too_few_records", "records.jsonl has 1 records, needs 3", "client"),
+    ("readiness_timeout", "big-2 not healthy within 60s", "deploy-big-2-0"),
+    ("bundle_checksum", "lib/x.py changed", "batch"),
+    ("sigterm", "received SIGTERM", "batch"),
+])
+def test_the_log_to_open(reason: str, detail: str, log: str) -> None:
+    """A log the detail names wins; else by reason; a deployment named first; else the batch log."""
+    readiness = {"deployments": {"big": {}, "big-2": {}, "small": {}}}
+    assert log == log_to_open(reason, detail, readiness)
+
+
+def test_a_success_has_no_failure_and_shows_the_result(tmp_path) -> None:
+    """The result's path, format, records and sha256 come from the result manifest."""
+    attempt = tmp_path / "demo-succeeded"
+    shutil.copytree(FIXTURES / "timeline" / "demo-succeeded", attempt)
+    (attempt / "result-manifest.json").write_text(
+        '{"bytes": 2382, "format": "jsonl", "path": "records.jsonl", "records": 12, "sha256": "b21d"}')
+    text = inspect_text(inspect_attempt(attempt)).splitlines()
+    assert not any(line.startswith("failure:") for line in text)
+    assert [f"result: {attempt}/results/records.jsonl (jsonl, 12 records, 2382 bytes)", "  sha256 b21d"] == \
+        text[text.index(next(line for line in text if line.startswith("result:"))):][:2]
+
+
+@pytest.mark.parametrize(("endpoints_state", "readiness_state", "first"), [
+    ("ready", "withdrawn", "endpoints: withdrawn (the aliases below were served)"),
+    ("withdrawn", "withdrawn", "endpoints: withdrawn (the aliases below were served)"),
+    ("ready", "published", "endpoints: ready (the aliases below are served)"),
+])
+def test_endpoints_after_cleanup_are_withdrawn_not_live(endpoints_state, readiness_state, first) -> None:
+    """Once cleanup withdrew the endpoints, they are shown as withdrawn even if endpoints.json
+    still says ready (schema 1 `base_urls` or schema 2 `url`)."""
+    view = {"endpoints": {"state": endpoints_state, "models": {"m": {"url": "http://g:1/v1"},
+                                                               "old": {"base_urls": ["http://n1:2/v1"]}}},
+            "readiness": {"endpoints": readiness_state}}
+    assert [first, "  m: http://g:1/v1", "  old: http://n1:2/v1"] == endpoint_lines(view)
+
+
+def test_gateway_figures_are_shown_generically() -> None:
+    """Top-level figures, then one line per replica, whatever the gateway recorded."""
+    stats = {"requests": 12, "rejected": 1, "replicas": [{"deployment": "big", "replica": 0, "served": 7},
+                                                         {"deployment": "big", "replica": 1, "served": 5}]}
+    assert ["gateway: rejected=1 requests=12", "  deployment=big replica=0 served=7",
+            "  deployment=big replica=1 served=5"] == gateway_lines(stats)
+    assert [] == gateway_lines(None)
+
+
+def test_chart_starts_on_staged_keeps_the_title_and_marks_where_it_ended(dd_slurm_exe) -> None:
+    """`inspect --chart`: the start arrow points at `staged` whatever state the attempt is in;
+    the title stays; the state it ended in is the active one."""
+    out = subprocess.run(dd_slurm_exe + ["inspect", "--chart", str(FIXTURES / "timeline" / "readiness-timeout")],
+                         capture_output=True, text=True, timeout=30)
+    lines = out.stdout.splitlines()
+    assert (0, ["---", "dd-slurm attempt", "---"]) == (out.returncode, lines[:3])
+    assert ["  [*] --> staged"] == [line for line in lines if "[*]" in line]
+    assert ["  Class done s_active"] == [line for line in lines if "s_active" in line and "Class" in line]

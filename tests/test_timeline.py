@@ -1,0 +1,92 @@
+"""Where the time went: phases from an attempt's own records, as a table and a Mermaid gantt."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dd_slurm.timeline import TIMELINE_NAME, build, load, markdown, mermaid, table, write_timeline
+from tests.conftest import FIXTURES
+
+CASES = sorted(p.name for p in (FIXTURES / "timeline").iterdir())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_table_and_gantt_match_the_reviewed_fixtures(case: str) -> None:
+    """fixtures/timeline/<case>/ holds an attempt's records and the reviewed table and chart."""
+    found = load(FIXTURES / "timeline" / case)
+    expected_table = (FIXTURES / "timeline" / case / "expected.txt").read_text()
+    expected_chart = (FIXTURES / "timeline" / case / "expected.mmd").read_text()
+    assert (expected_table, expected_chart) == (table(found) + "\n", mermaid(found))
+
+
+def test_the_phases_of_a_readiness_timeout() -> None:
+    """Queue wait is submit to job start; verification runs from the job start until the machine
+    leaves `verified`; a deployment never ready loads until `deploying` ends; with no client, the
+    GPU time runs to the end of the attempt."""
+    found = load(FIXTURES / "timeline" / "readiness-timeout")
+    rows = {r.name: (round(r.seconds, 2), r.note) for r in found.rows}
+    assert {"queue wait": (95.0, "submit to start"), "verification": (2.6, ""), "preflight": (6.4, ""),
+            "deploying": (60.5, ""), "big load": (60.3, "never ready"), "small load": (5.95, "launch to ready"),
+            "cleanup": (6.5, "")} == rows
+    assert (24, 24 * 76.0, False) == (found.gpus, round(found.gpu_seconds_before_client, 6), found.client_started)
+
+
+def test_gpu_time_stops_when_the_client_starts() -> None:
+    """The demo: 3 nodes x 2 GPUs, from the job's start to the client's start."""
+    found = load(FIXTURES / "timeline" / "demo-succeeded")
+    journal = [json.loads(line) for line in (FIXTURES / "timeline" / "demo-succeeded" / "journal.jsonl").open()]
+    client_at = next(e["ts"] for e in journal if e["to"] == "client")
+    started = json.loads((FIXTURES / "timeline" / "demo-succeeded" / "supervisor.json").read_text())["started_at"]
+    assert (6, True) == (found.gpus, found.client_started)
+    assert pytest.approx(6 * (client_at - started)) == found.gpu_seconds_before_client
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20)
+ENTRY = st.fixed_dictionaries({"kind": st.just("transition"), "from": st.sampled_from(["staged", "verified", "client"]),
+                               "to": st.sampled_from(["verified", "client", "cleanup", "done"]),
+                               "ts": st.floats(min_value=0, max_value=2e9)})
+
+
+@settings(max_examples=60)
+@given(JSONISH, st.lists(ENTRY | JSONISH, max_size=6), JSONISH, JSONISH, JSONISH, JSONISH)
+def test_any_records_give_a_timeline_and_never_raise(record, entries, readiness, processes, supervisor, plan) -> None:
+    """Records read back from disk are not trusted: whatever they hold, the renderers produce text."""
+    found = build("a", record, entries, readiness, processes, supervisor, plan)
+    assert table(found).startswith("where the time went: a") and mermaid(found).startswith("gantt\n")
+    assert "nan" not in table(found) and "inf" not in table(found)
+
+
+def test_write_timeline_writes_markdown_and_never_raises(tmp_path) -> None:
+    """The supervisor's hook: timeline.md with the table and the gantt; an unwritable dir is None."""
+    attempt = tmp_path / "demo-succeeded"
+    shutil.copytree(FIXTURES / "timeline" / "demo-succeeded", attempt)
+    path = write_timeline(attempt)
+    assert (attempt / TIMELINE_NAME, markdown(load(attempt))) == (path, path.read_text())
+    assert "```mermaid\ngantt\n" in path.read_text()
+    assert write_timeline(tmp_path / "missing") is None
+
+
+def test_inspect_timeline_cli(dd_slurm_exe) -> None:
+    """`inspect --timeline` prints the table, `--mermaid` the gantt, `--json` the rows; `--mermaid`
+    alone and `--chart --json` are usage errors (exit 2, one line)."""
+    import subprocess
+
+    case = str(FIXTURES / "timeline" / "readiness-timeout")
+
+    def cli(*args):
+        return subprocess.run(dd_slurm_exe + ["inspect", *args, case], capture_output=True, text=True, timeout=30)
+
+    assert (FIXTURES / "timeline" / "readiness-timeout" / "expected.txt").read_text() == cli("--timeline").stdout
+    assert (FIXTURES / "timeline" / "readiness-timeout" / "expected.mmd").read_text() == \
+        cli("--timeline", "--mermaid").stdout
+    assert 7 == len(json.loads(cli("--timeline", "--json").stdout)["rows"])
+    for bad in (("--mermaid",), ("--chart", "--json")):
+        out = cli(*bad)
+        assert (2, 1) == (out.returncode, len(out.stderr.splitlines())), out.stderr
