@@ -57,8 +57,10 @@ def query(job_ids: list[str], commands: SlurmCommands, clock: Clock) -> list[Obs
 def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
     summary = attempt_summary(attempt_dir)
     record = read_record(attempt_dir)
-    return {"attempt": summary, "scheduler": observe_attempt(attempt_dir, record, commands, clock),
-            "readiness": read_json(attempt_dir / READINESS_NAME)}
+    scheduler = observe_attempt(attempt_dir, record, commands, clock)
+    if scheduler and scheduler["terminal"] and summary["state"] != "done":
+        summary = attempt_summary(attempt_dir)  # the job may have ended between reading disk and asking
+    return {"attempt": summary, "scheduler": scheduler, "readiness": read_json(attempt_dir / READINESS_NAME)}
 
 
 def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Clock) -> Optional[dict]:
