@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-CLUSTER := fixtures/cluster/cluster.sh
+CLUSTERS_SH := fixtures/cluster/clusters.sh
+# The lab's Slurm releases (fixtures/cluster/versions.tsv); CLUSTERS=22.05 (or any subset) selects.
+CLUSTERS ?= 22.05 24.11 26.05
 PYTEST_ARGS ?=
 # Real-cluster tests mostly wait on Slurm, so more workers than cores pays off.
 WORKERS ?= 4
@@ -18,31 +20,38 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 
 install: $(STAMP)
 
-# The README's test command: unit tests plus the real-Slurm tests against the local cluster.
+# The README's test command: unit tests plus the real-Slurm tests against every selected lab
+# cluster (one per Slurm release), then the tests that stop cluster daemons (each cluster's one
+# after another, the clusters side by side). CI=true fails when a cluster cannot start.
 test: install
-	@cluster=up; bash $(CLUSTER) up || cluster=down; \
-	if [ $$cluster = down ]; then \
-	    echo "!!! The local Slurm cluster could not start: the real-Slurm tests cannot run here. !!!" >&2; \
+	@export CLUSTERS="$(CLUSTERS)"; \
+	bash $(CLUSTERS_SH) up; rc=$$?; [ $$rc = 2 ] && exit 2; \
+	if [ $$rc != 0 ]; then \
+	    echo "!!! Not every selected Slurm cluster ($(CLUSTERS)) could start: their real-Slurm tests cannot run here. !!!" >&2; \
 	    if [ "$${CI:-}" = "true" ]; then echo "!!! CI=true: failing instead of skipping them. !!!" >&2; exit 1; fi; \
-	else \
-	    bash fixtures/demo/client-env.sh || { echo "!!! could not install the example client environment !!!" >&2; exit 1; }; \
 	fi; \
-	export DD_SLURM_TEST_CLUSTER=$$cluster; \
+	up=$$(bash $(CLUSTERS_SH) status 2>/dev/null | awk '$$3 == "up" {print $$1}' | xargs); \
+	if [ -z "$$up" ]; then export DD_SLURM_TEST_CLUSTER=down; else \
+	    export DD_SLURM_TEST_CLUSTER=up DD_SLURM_TEST_CLUSTERS="$$up"; \
+	    CLUSTERS="$$up" bash $(CLUSTERS_SH) client-env || { echo "!!! could not install the example client environment !!!" >&2; exit 1; }; \
+	fi; \
+	echo "== real-Slurm tests on: $${up:-none}" >&2; \
 	$(BIN)/python -m pytest -n $(WORKERS) -m "not cluster_fault" $(PYTEST_ARGS) && \
-	$(BIN)/python -m pytest -m cluster_fault $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $$(echo $${up:-x} | wc -w) --dist loadgroup -m cluster_fault $(PYTEST_ARGS)
 
 # Unit tests only (no cluster); fast feedback while editing.
 unit: install
 	DD_SLURM_TEST_CLUSTER=down $(BIN)/python -m pytest -n 2 -m "not slurm" $(PYTEST_ARGS)
 
 cluster-up:
-	bash $(CLUSTER) up
+	CLUSTERS="$(CLUSTERS)" bash $(CLUSTERS_SH) up
 
 cluster-down:
-	bash $(CLUSTER) down
+	CLUSTERS="$(CLUSTERS)" bash $(CLUSTERS_SH) down
 
+# One line per cluster: `<version> DD_SLURM_BIN_DIR=<dir> up|down ...`.
 cluster-status:
-	bash $(CLUSTER) status
+	@CLUSTERS="$(CLUSTERS)" bash $(CLUSTERS_SH) status
 
 diagram: install
 	$(BIN)/dd-slurm diagram
@@ -52,7 +61,7 @@ client-env:
 	bash fixtures/demo/client-env.sh
 
 demo: install
-	bash $(CLUSTER) up
+	bash fixtures/cluster/cluster.sh up
 	bash fixtures/demo/demo.sh
 
 bench: install

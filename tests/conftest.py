@@ -41,6 +41,22 @@ def cluster_wanted() -> str:
     return os.environ.get("DD_SLURM_TEST_CLUSTER", "up")
 
 
+def pytest_configure(config) -> None:
+    if cluster_wanted() == "up":
+        from tests.slurm.clusters import configure
+
+        configure(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist: each worker gets the controller's answer to which clusters are up."""
+    from tests.slurm.clusters import ERROR_KEY, KEY
+
+    for key in (KEY, ERROR_KEY):
+        node.workerinput[key] = getattr(node.config, key, "")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     slurm_dir = ROOT / "tests" / "slurm"
     for item in items:

@@ -11,16 +11,19 @@ from dd_slurm.runtime import verify
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import ENDPOINTS_NAME, endpoint_map, publish
-from dd_slurm.runtime.probes import probe_health
+from dd_slurm.runtime.placement import Placed
+from dd_slurm.runtime.probes import probe_health, served_models
+from dd_slurm.runtime.replicas import identity_request, published_port
 from dd_slurm.runtime.results import MANIFEST_NAME, validate_result
 from dd_slurm.runtime.session import Session
-from dd_slurm.runtime.steps import StepSpec, client_step, deployment_steps
+from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
 
 POLL_S = 0.05
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
+IDENTITY_TIMEOUT_S = 60.0
 
 
 class RuntimeActions:
@@ -28,7 +31,10 @@ class RuntimeActions:
         self.s = session
         self.readiness: Optional[Readiness] = None
         self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order
-        self.deadlines: dict[str, float] = {}
+        self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
+        self.ports: dict[str, int] = {}  # replica name -> its port (fixed, or published by its leader)
+        self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
+        self.gateway_base: Optional[str] = None  # e.g. "http://127.0.0.1:PORT" once a gateway serves
         self.client_deadline: Optional[float] = None
 
     # staged -> verified
@@ -41,13 +47,14 @@ class RuntimeActions:
         verify.check_hosts(s.alloc.nodes)
         verify.check_paths(s.workspace, s.dir, s.results_dir, s.dir / "logs")
         s.prepare()
-        answers, problem = s.runner.on_nodes(s.alloc.nodes, ["_probe", str(s.write_probe_request())], "probe", 60,
-                                             role="probe", gres_gpus=s.plan.job.gpus_per_node)
+        request, passed = s.write_probe_request()
+        answers, problem = s.runner.on_nodes(s.alloc.nodes, ["_probe", str(request)], "probe", 60,
+                                             role="probe", gres_gpus=s.plan.job.gpus_per_node, passed=passed)
         if problem and not answers:
             raise AttemptFailure("probe_failed", problem)
         verify.check_probes(answers, s.plan, s.alloc.nodes)
         self.ensure_readiness()
-        publish(s.dir / ENDPOINTS_NAME, endpoint_map(s.plan, s.placement, "planned"))
+        self.publish("planned")
         return True
 
     # verified -> preflight -> deploying
@@ -55,7 +62,7 @@ class RuntimeActions:
         self.s.prepare()
         self.ensure_readiness()
         if self.s.plan.client.preflight_argv:
-            self.s.runner.start(client_step(self.s.plan, self.s.alloc.batch_node, self.s.layout, self.s.ambient, True))
+            self._start(self.s.client_spec(True))
 
     def preflight_passed(self) -> bool:
         if "preflight" not in self.s.table.procs:
@@ -67,45 +74,47 @@ class RuntimeActions:
         return True
 
     def launch_deployments(self) -> None:
+        """Every replica's steps; followers of a replica whose port its leader chooses start once
+        the leader has published it (in deployments_ready)."""
         s = self.s
-        for dep in s.plan.deployments:
-            for spec in deployment_steps(s.plan, dep, s.placement[dep.name], s.layout, s.ambient):
-                s.runner.start(spec)
-                self.started[spec.name] = spec
-            self.deadlines[dep.name] = s.clock.monotonic() + dep.ready_timeout_s
-            self.readiness.move(dep.name, "starting", deadline=s.clock.wall() + dep.ready_timeout_s)
+        for unit in s.placement:
+            for spec in s.specs[unit.name]:
+                if needs_port(spec):
+                    self.deferred.setdefault(unit.name, []).append(spec)
+                else:
+                    self._start(spec)
+                    self.started[spec.name] = spec
+            timeout = s.deployment(unit.deployment).ready_timeout_s
+            self.deadlines[unit.name] = s.clock.monotonic() + timeout
+            self.readiness.move(unit.name, "starting", deadline=s.clock.wall() + timeout)
 
     # deploying -> ready
     def deployments_ready(self) -> bool:
         s = self.s
-        waiting = [d for d in s.plan.deployments if self.readiness.state(d.name) != "ready"]
+        waiting = [u for u in s.placement if self.readiness.state(u.name) != "ready"]
         while waiting:
             s.gate.check()
             self.check_alive()
-            for dep in list(waiting):
-                host = s.placement[dep.name].leader
-                probe = probe_health(host, dep.port, dep.health_path)
-                self.readiness.note_probe(dep.name, {**probe, "time": s.clock.wall()})
-                if probe["ok"]:
-                    url = f"http://{host}:{dep.port}/v1"
-                    self.readiness.move(dep.name, "ready", ready=[url])
-                    waiting.remove(dep)
-                elif s.clock.monotonic() > self.deadlines[dep.name]:
-                    self.readiness.move(dep.name, "failed", detail="not healthy before ready_timeout_s")
-                    raise AttemptFailure("readiness_timeout", f"{dep.name} not healthy within {dep.ready_timeout_s:g}s",
+            for unit in list(waiting):
+                if self._replica_ready(unit):
+                    waiting.remove(unit)
+                elif s.clock.monotonic() > self.deadlines[unit.name]:
+                    timeout = s.deployment(unit.deployment).ready_timeout_s
+                    self.readiness.move(unit.name, "failed", detail="not healthy before ready_timeout_s")
+                    raise AttemptFailure("readiness_timeout", f"{unit.name} not healthy within {timeout:g}s",
                                          outcome="timed_out")
             if waiting:
                 s.clock.sleep(POLL_S)
         return True
 
     def publish_endpoints(self) -> None:
-        publish(self.s.dir / ENDPOINTS_NAME, endpoint_map(self.s.plan, self.s.placement, "ready"))
+        self.publish("ready")
         self.readiness.endpoints("published")
 
     # ready -> client -> finalize
     def launch_client(self) -> None:
         s = self.s
-        s.runner.start(client_step(s.plan, s.alloc.batch_node, s.layout, s.ambient, False))
+        self._start(s.client_spec(False))
         if s.plan.client.timeout_s:
             self.client_deadline = s.clock.monotonic() + s.plan.client.timeout_s
 
@@ -134,6 +143,84 @@ class RuntimeActions:
                 self._finish_readiness).run(phases, outcome, reason)
 
     # helpers
+    def _start(self, spec: StepSpec) -> None:
+        self.s.runner.start(spec, self.s.passed(spec))
+
+    def replica_urls(self) -> dict[str, str]:
+        """Replica name -> its base URL, for every replica whose port is known (all of them once
+        deployments_ready has passed): what a gateway routes each alias to."""
+        ports = {u.name: self.ports.get(u.name, u.port) for u in self.s.placement}
+        return {u.name: f"http://{u.leader}:{ports[u.name]}/v1" for u in self.s.placement if ports[u.name] is not None}
+
+    def publish(self, state: str) -> None:
+        """endpoints.json from what is known now; with `gateway_base` set, each alias's `url` is
+        the gateway's (endpoints.logical_url)."""
+        publish(self.s.dir / ENDPOINTS_NAME,
+                endpoint_map(self.s.plan, self.s.placement, self.replica_urls(), state, self.gateway_base))
+
+    def _replica_ready(self, unit: Placed) -> bool:
+        """Healthy (200 on its health path), then, once, its listener proven ours and its served
+        model listed: ready. The probe carries the attempt key."""
+        port = self._port(unit)
+        if port is None:
+            return False
+        dep = self.s.deployment(unit.deployment)
+        probe = probe_health(unit.leader, port, dep.health_path, self.s.api_key)
+        self.readiness.note_probe(unit.name, {**probe, "time": self.s.clock.wall()})
+        if not probe["ok"]:
+            return False
+        self._confirm_identity(unit, port)
+        url = f"http://{unit.leader}:{port}/v1"
+        self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=port)
+        return True
+
+    def _port(self, unit: Placed) -> Optional[int]:
+        """The replica's port: fixed, or once its leader's launcher has published it (validated);
+        then its deferred followers start."""
+        if unit.name in self.ports:
+            return self.ports[unit.name]
+        leader = self.s.specs[unit.name][0]
+        record = self.s.runner.started(leader.name)
+        if record is None or record.get("error"):
+            return None  # not started yet, or it failed and check_alive will say so
+        try:
+            port = published_port(record, leader)
+        except ValueError as err:
+            raise AttemptFailure("launch_failed", f"{leader.name}: its step record is not valid: {err}") from None
+        self.ports[unit.name] = port
+        self.readiness.move(unit.name, "starting", port=port, base_url=f"http://{unit.leader}:{port}/v1")
+        for spec in self.deferred.pop(unit.name, []):
+            spec = with_port(spec, port)
+            self._start(spec)
+            self.started[spec.name] = spec
+        return port
+
+    def _confirm_identity(self, unit: Placed, port: int) -> None:
+        """On the leader's node: the listener on the port belongs to the leader step's process
+        tree; and the served model, when the plan names one, is listed. Else server_identity."""
+        s, leader = self.s, self.s.specs[unit.name][0]
+        try:
+            request = identity_request(s.runner.started(leader.name), leader, port)
+        except ValueError as err:
+            raise AttemptFailure("launch_failed", f"{leader.name}: its step record is not valid: {err}") from None
+        path = s.dir / "steps" / f"identity-{unit.name}.json"
+        write_json_atomic(path, request)
+        answers, problem = s.runner.on_nodes((unit.leader,), ["_identity", str(path)], f"identity-{unit.name}",
+                                             IDENTITY_TIMEOUT_S, role="probe")
+        answer = answers.get(unit.leader)
+        if answer is None or not answer.get("ours"):
+            self._identity_failed(unit, port, answer["detail"] if answer else f"the check did not answer ({problem})")
+        served = s.deployment(unit.deployment).served_model
+        if served is not None:
+            models, problem = served_models(unit.leader, port, s.api_key)
+            if served not in models:
+                self._identity_failed(unit, port, f"/v1/models does not list {served!r} "
+                                                  f"({problem or 'it lists ' + (', '.join(models) or 'nothing')})")
+
+    def _identity_failed(self, unit: Placed, port: int, detail: str) -> None:
+        self.readiness.move(unit.name, "failed", detail=detail)
+        raise AttemptFailure("server_identity", f"{unit.name}: port {port} on {unit.leader}: {detail}")
+
     def ensure_readiness(self) -> None:
         if self.readiness is None:
             self.readiness = Readiness(self.s.dir, self.s.attempt_id, self.s.readiness_entries())
@@ -141,6 +228,8 @@ class RuntimeActions:
     def _finish_readiness(self) -> None:
         if self.readiness is not None:
             self.readiness.finish()
+        if self.s.plan is not None and self.s.placement and (self.s.dir / ENDPOINTS_NAME).exists():
+            self.publish("withdrawn")
 
     def _wait_exit(self, name: str, deadline: Optional[float], timeout_reason: str) -> int:
         while True:
@@ -165,8 +254,8 @@ class RuntimeActions:
         exited = [self.started[n] for n in self.started if self.s.table.poll(n) is not None]
         spec = next((step for step in exited if step.rank > 0), exited[0])
         code = self.s.table.procs[spec.name].exit_code
-        reason = self._exit_reason(spec, self.readiness.state(spec.deployment) == "ready")
-        self.readiness.move(spec.deployment, "failed", detail=f"{spec.name} exited {code}")
+        reason = self._exit_reason(spec, self.readiness.state(spec.unit) == "ready")
+        self.readiness.move(spec.unit, "failed", detail=f"{spec.name} exited {code}")
         raise AttemptFailure(reason, f"{spec.name} exited {code}; see logs/{spec.name}.log")
 
     def _exit_reason(self, spec: StepSpec, ready: bool) -> str:
@@ -174,7 +263,7 @@ class RuntimeActions:
         if record is None:
             return "launch_failed"
         if record.get("error"):
-            return "executable_missing" if "not found" in record["error"] else "gpu_shape"
+            return record.get("error_kind") or "launch_failed"
         if spec.rank > 0:
             return "follower_exited"
         return "server_crashed" if ready else "server_exited_while_loading"

@@ -23,11 +23,13 @@ class StepRunner:
         (self.dir / "steps").mkdir(exist_ok=True)
         self.logs = self.dir / "logs"
 
-    def start(self, spec: StepSpec) -> Tracked:
+    def start(self, spec: StepSpec, passed: Optional[Mapping[str, str]] = None) -> Tracked:
+        """`passed` holds the values of `spec.passed` (forwarded variables, the key): they reach
+        srun's environment only, and srun carries them by name to the step."""
         spec_path = self.dir / "steps" / f"{spec.name}.json"
         write_json_atomic(spec_path, spec.to_json())
         argv = srun_argv(spec, self.srun, self.job_id, self.interpreter, self.entry, str(spec_path))
-        return self.table.spawn(spec.name, argv, {**self.srun_env, "DD_SLURM_ROLE": spec.name},
+        return self.table.spawn(spec.name, argv, {**self.srun_env, **(passed or {}), "DD_SLURM_ROLE": spec.name},
                                 self.logs / f"{spec.name}.log", str(spec_path.with_suffix(".started.json")))
 
     def started(self, name: str) -> Optional[dict]:
@@ -39,14 +41,17 @@ class StepRunner:
             return None
 
     def on_nodes(self, nodes: tuple[str, ...], command: list[str], name: str, timeout_s: float,
-                 role: str = "scan", gres_gpus: int = 0) -> tuple[dict[str, dict], Optional[str]]:
-        """Run `entry.py COMMAND` once on each node; per-node JSON answers, and a problem if any."""
-        identity = f"DD_SLURM_ATTEMPT_ID={self.srun_env['DD_SLURM_ATTEMPT_ID']},DD_SLURM_ROLE={role}"
+                 role: str = "scan", gres_gpus: int = 0,
+                 passed: Optional[Mapping[str, str]] = None) -> tuple[dict[str, dict], Optional[str]]:
+        """Run `entry.py COMMAND` once on each node; per-node JSON answers, and a problem if any.
+        `passed` values reach the command through srun's environment, by name."""
+        identity = ",".join([f"DD_SLURM_ATTEMPT_ID={self.srun_env['DD_SLURM_ATTEMPT_ID']}", f"DD_SLURM_ROLE={role}",
+                             *(passed or {})])
         argv = node_command_argv(self.srun, self.job_id, nodes, self.interpreter, self.entry, command, name, gres_gpus,
                                  identity)
         log = self.logs / f"{name}.log"
         log.unlink(missing_ok=True)
-        self.table.spawn(name, argv, {**self.srun_env, "DD_SLURM_ROLE": role}, log)
+        self.table.spawn(name, argv, {**self.srun_env, **(passed or {}), "DD_SLURM_ROLE": role}, log)
         code = self.table.wait(name, self.clock.monotonic() + timeout_s)
         if code is None:
             self.table.signal_group(name, signal.SIGKILL)

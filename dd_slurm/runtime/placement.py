@@ -52,11 +52,6 @@ def place_replicas(plan: Plan, nodes: tuple[str, ...], gpus_per_node: int) -> tu
     return tuple(placed[(dep.name, k)] for dep, k in units)
 
 
-def place(plan: Plan, nodes: tuple[str, ...], gpus_per_node: int) -> dict[str, Placed]:
-    """Replica 0 of each deployment, by deployment name."""
-    return {p.deployment: p for p in place_replicas(plan, nodes, gpus_per_node) if p.replica == 0}
-
-
 def port_clash(units: tuple[Placed, ...]) -> tuple[Placed, Placed] | None:
     """The first two replicas whose fixed ports are the same on one leader node, or None."""
     seen: dict[tuple[str, int], Placed] = {}

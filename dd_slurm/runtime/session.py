@@ -1,24 +1,26 @@
 """What one runtime process knows about its attempt: paths, the verified plan (read once, handed
-on typed), the allocation, placement, the process table and the step runner."""
+on typed), the allocation, placement of every replica, the step specs, the attempt's key (in
+memory only), the process table and the step runner."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from pathlib import Path
 from typing import Mapping, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import DdSlurmError, VerificationError
-from dd_slurm.plan import Plan
+from dd_slurm.plan import Deployment, Plan
 from dd_slurm.runtime import verify
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import ENDPOINTS_NAME
 from dd_slurm.runtime.launch import StepRunner
-from dd_slurm.runtime.placement import Placed, place
+from dd_slurm.runtime.placement import Placed, place_replicas
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.signals import SignalGate
-from dd_slurm.runtime.steps import DEFAULT_PATH, Layout
+from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps
 from dd_slurm.scheduler.render import interpreter
 from dd_slurm.shards import shard_of
 from dd_slurm.store.atomic import write_json_atomic
@@ -43,8 +45,10 @@ class Session:
                              *self.shard)
         self.plan: Optional[Plan] = None
         self.alloc: Optional[Allocation] = None
-        self.placement: dict[str, Placed] = {}
+        self.placement: tuple[Placed, ...] = ()
+        self.specs: dict[str, list[StepSpec]] = {}  # replica name -> its steps, leader first
         self.runner: Optional[StepRunner] = None
+        self.api_key = secrets.token_urlsafe(32)  # this supervisor's attempt key: environments only
 
     def prepare(self) -> None:
         """Plan (digest-checked), allocation, placement, runner; idempotent, so a fresh process
@@ -62,7 +66,23 @@ class Session:
 
     def place(self) -> None:
         if not self.placement:
-            self.placement = place(self.plan, self.alloc.nodes, self.alloc.gpus_per_node)
+            self.placement = place_replicas(self.plan, self.alloc.nodes, self.alloc.gpus_per_node)
+            for unit in self.placement:
+                avoid = tuple(u.port for u in self.placement if u.port is not None and u.leader == unit.leader)
+                self.specs[unit.name] = replica_steps(self.plan, self.deployment(unit.deployment), unit, self.layout,
+                                                      self.ambient, avoid)
+
+    def deployment(self, name: str) -> Deployment:
+        return next(d for d in self.plan.deployments if d.name == name)
+
+    def client_spec(self, preflight: bool) -> StepSpec:
+        return client_step(self.plan, self.alloc.batch_node, self.layout, self.ambient, preflight)
+
+    def passed(self, spec: StepSpec) -> dict[str, str]:
+        """Values for the step's passed names: forwarded ones from this process's environment, and
+        the attempt key under the variable the plan named for that step."""
+        env = self.deployment(spec.deployment).env if spec.deployment else self.plan.client.env
+        return passed_values(spec, self.ambient, self.api_key, env.api_key_var)
 
     def srun(self) -> str:
         bin_dir = self.ambient.get("DD_SLURM_BIN_DIR")
@@ -79,26 +99,32 @@ class Session:
             env["SLURM_CONF"] = self.ambient["SLURM_CONF"]
         return env
 
-    def write_probe_request(self) -> Path:
+    def write_probe_request(self) -> tuple[Path, dict[str, str]]:
+        """The probe's request file (fixed ports to find free, each step's expanded argv[0] with its
+        own PATH), and the environment the probe needs (a forwarded PATH travels by name)."""
         nodes: dict[str, dict] = {n: {"ports": [], "executables": []} for n in self.alloc.nodes}
-        for dep in self.plan.deployments:
-            placed = self.placement[dep.name]
-            nodes[placed.leader]["ports"].append(dep.port)
-            for rank, node in enumerate(placed.nodes):
-                argv = dep.argv if rank == 0 else dep.follower_argv
-                nodes[node]["executables"].append(argv[0])
-        for argv in (self.plan.client.argv, self.plan.client.preflight_argv):
-            if argv:
-                nodes[self.alloc.batch_node]["executables"].append(argv[0])
+        specs = [spec for steps in self.specs.values() for spec in steps]
+        specs += [self.client_spec(p) for p in (False, True) if (self.plan.client.preflight_argv or not p)]
+        passed: dict[str, str] = {}
+        for spec in specs:
+            entry = nodes.setdefault(spec.node, {"ports": [], "executables": []})
+            if spec.deployment and spec.rank == 0 and not spec.choose_port:
+                entry["ports"].append(int(spec.values["port"]))
+            path = spec.env.get("PATH")
+            if path is None and "PATH" in spec.passed:
+                passed["PATH"] = self.ambient["PATH"]
+            entry["executables"].append({"program": spec.program(), "path": path})
         path = self.dir / "steps" / "probe-request.json"
         path.parent.mkdir(exist_ok=True)
-        write_json_atomic(path, {"nodes": nodes, "path": DEFAULT_PATH})
-        return path
+        write_json_atomic(path, {"nodes": nodes})
+        return path, passed
 
     def readiness_entries(self) -> dict[str, dict]:
-        return {d.name: {"nodes": list(self.placement[d.name].nodes), "model_alias": d.model_alias,
-                         "base_url": f"http://{self.placement[d.name].leader}:{d.port}/v1"}
-                for d in self.plan.deployments}
+        """One entry per replica, by replica name; an automatic port and its URL are known at launch."""
+        return {u.name: {"deployment": u.deployment, "replica": u.replica, "nodes": list(u.nodes),
+                         "model_alias": self.deployment(u.deployment).model_alias, "port": u.port,
+                         "base_url": None if u.port is None else f"http://{u.leader}:{u.port}/v1"}
+                for u in self.placement}
 
     def signal_step(self, name: str, signal_name: str) -> bool:
         """Signal a step's task through Slurm (scancel --signal); False if the step never started."""

@@ -1,5 +1,6 @@
-"""What runs on a compute node inside a step: the program launcher, the pre-launch probe, and the
-leftover scan. Standard library only; each prints or writes JSON and never raises a traceback."""
+"""What runs on a compute node inside a step: the program launcher, the pre-launch probe, the
+listener identity check, and the leftover scan. Standard library only; each prints or writes JSON
+and never raises a traceback."""
 
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ def node_name() -> str:
 
 
 def step_environment(spec: dict, slurm_env: dict[str, str]) -> tuple[dict[str, str], str | None]:
-    """The spec's environment plus this step's own SLURM_* variables and its GPU slots."""
+    """The spec's environment, the values of its `pass` names from this step's own environment
+    (srun carried them; the spec file has names only), this step's SLURM_* variables, its GPU slots."""
     env = dict(spec["env"])
+    env.update({n: slurm_env[n] for n in spec.get("pass") or () if n in slurm_env})
     env.update({k: v for k, v in slurm_env.items() if k.startswith(("SLURM_", "SLURMD_"))})
     visible = [d for d in slurm_env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
     slots = spec.get("gpu_slots") or []
@@ -44,19 +47,54 @@ def step_environment(spec: dict, slurm_env: dict[str, str]) -> tuple[dict[str, s
     return env, None
 
 
+def choose_port(address: str, avoid: list[int], tries: int = 20) -> int | None:
+    """A port free on this node's address now (the kernel's choice for port 0), not one of `avoid`."""
+    for _ in range(tries):
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((address, 0))
+            except OSError:
+                return None
+            port = sock.getsockname()[1]
+        if port >= 1024 and port not in avoid:
+            return port
+    return None
+
+
+def launch_plan(spec: dict, env: dict[str, str], node: str,
+                address: str) -> tuple[str, list[str], dict, tuple[str, str] | None]:
+    """The program found on the step's own PATH, the expanded argv, what to record about it (the
+    port), and (reason, problem) if it cannot run."""
+    from dd_slurm.fields import expand  # standard library only
+
+    values = dict(spec.get("values") or {})
+    if spec.get("choose_port"):
+        port = choose_port(address, list(spec.get("avoid_ports") or []))
+        if port is None:
+            return "", [], {"port": None}, ("port_busy", f"no free port on {node}")
+        values["port"] = str(port)
+    argv = [expand(a, values) for a in spec["argv"]]
+    noted = {"port": int(values["port"])} if spec.get("rank") == 0 and "port" in values else {}
+    program = shutil.which(argv[0], path=env.get("PATH")) if argv else None
+    missing = ("executable_missing", f"executable {argv[:1]} not found on {node}")
+    return program or "", argv, noted, None if program else missing
+
+
 def run_step(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     env, gpu_problem = step_environment(spec, dict(os.environ))
     record = {"name": spec["name"], "node": node_name(), "pid": os.getpid(), "start_time": start_time(os.getpid()),
+              "pgid": os.getpgid(0), "sid": os.getsid(0),
               "job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID"),
               "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
-    program = shutil.which(spec["argv"][0], path=env.get("PATH")) if spec["argv"] else None
-    record["error"] = gpu_problem or (None if program else f"executable {spec['argv'][:1]} not found on {record['node']}")
+    program, argv, noted, problem = launch_plan(spec, env, record["node"], node_address())
+    kind, problem = ("gpu_shape", gpu_problem) if gpu_problem else problem or (None, None)
+    record.update(noted, error=problem, error_kind=kind)
     write_json_atomic(Path(spec_path).with_suffix(".started.json"), record)
     if record["error"]:
         print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)
         return EXIT_GPU_SHAPE if gpu_problem else EXIT_NOT_FOUND
-    os.execve(program, spec["argv"], env)
+    os.execve(program, argv, env)
     return EXIT_NOT_FOUND  # not reached
 
 
@@ -81,17 +119,30 @@ def port_free(port: int, address: str) -> bool:
 
 
 def probe(request_path: str) -> int:
-    """Checks for this node from the request: ports free, executables present, GPUs visible."""
+    """Checks for this node from the request: ports free, executables present (each the expanded
+    argv[0] looked up on its step's own PATH; null: this probe's PATH, which srun carried from the
+    supervisor as the steps' forwarded PATH), GPUs visible."""
     request = json.loads(Path(request_path).read_text())
     node = node_name()
     mine = request["nodes"].get(node, {})
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
     address = node_address()
+    own_path = os.environ.get("PATH", "")
+    missing = [e["program"] for e in mine.get("executables", [])
+               if not shutil.which(e["program"], path=own_path if e.get("path") is None else e["path"])]
     result = {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p, address)],
-              "missing_executables": [e for e in mine.get("executables", [])
-                                      if not shutil.which(e, path=request.get("path"))],
-              "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0, "slurm_gpus": os.environ.get("SLURM_GPUS_ON_NODE")}
+              "missing_executables": missing, "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0,
+              "slurm_gpus": os.environ.get("SLURM_GPUS_ON_NODE")}
     print(json.dumps(result), flush=True)
+    return 0
+
+
+def identity(request_path: str) -> int:
+    """Whether the listener on the request's port on this node belongs to the step's process tree."""
+    from dd_slurm.runtime.listeners import check_listener  # standard library only
+
+    request = json.loads(Path(request_path).read_text())
+    print(json.dumps({"node": node_name(), **check_listener(request, node_address())}), flush=True)
     return 0
 
 
@@ -142,7 +193,13 @@ def main(argv: list[str]) -> int:
         return run_step(rest[0])
     if command == "_probe":
         return probe(rest[0])
+    if command == "_identity":
+        return identity(rest[0])
     if command == "_scan":
         return scan(rest[0], "--kill" in rest)
+    if command == "_gateway":  # the gateway process: standard library asyncio + attrs (bundled)
+        from dd_slurm.gateway.__main__ import main as gateway_main
+
+        return gateway_main(rest)
     print(f"unknown node command {command}", file=sys.stderr)
     return 2

@@ -2,12 +2,16 @@
 
 Every allocation-local step runs as
   srun --jobid=J --nodes=1 --ntasks=1 --nodelist=N --overlap --gres=gpu:G|none
-       --cpus-per-task=C --export=NONE --kill-on-bad-exit=1 --job-name=S
+       --cpus-per-task=C --export=NAMES --kill-on-bad-exit=1 --job-name=S
        PYTHON -I -S BUNDLE/entry.py _step SPEC.json
-and the on-node launcher (`stepexec`) execs the program with exactly the spec's environment.
+and the on-node launcher (`stepexec`) expands the argv (choosing a free port first when the plan
+left it to the runtime) and execs the program with exactly the spec's environment plus the values
+of the spec's `pass` names, which srun carries from the supervisor's own environment
+(`--export=NAMES`: those names and Slurm's SLURM_* only). Spec files hold names, never the
+values of forwarded variables or of the attempt's key.
 `--overlap` lets steps share a node's CPUs without waiting on each other; GPU steps request all
 of the job's GPUs on their node (so device cgroups admit them) and the launcher narrows
-CUDA_VISIBLE_DEVICES to the slots placement gave them, so co-located deployments never share.
+CUDA_VISIBLE_DEVICES to the slots placement gave them, so co-located replicas never share.
 """
 
 from __future__ import annotations
@@ -21,23 +25,40 @@ from dd_slurm.plan import Deployment, Env, Plan
 from dd_slurm.runtime.placement import Placed
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+RUNTIME_NAMES = ("DD_SLURM_ATTEMPT_ID", "DD_SLURM_ROLE")  # srun carries these from its own environment
 
 
 @attrs.frozen
 class StepSpec:
     name: str
     node: str
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
+    argv: tuple[str, ...]  # the plan's template; expanded on the node with `values`
+    values: Mapping[str, str]
+    env: Mapping[str, str]  # plain values only (the plan's `set`, the runtime's own variables)
+    passed: tuple[str, ...] = ()  # names whose values travel by environment (forwarded, the key)
     gres_gpus: int = 0
     gpu_slots: tuple[int, ...] = ()
     cpus: int = 1
     deployment: Optional[str] = None
+    replica: int = 0
     rank: int = 0
+    choose_port: bool = False  # the launcher picks a free port on its node for {port}
+    avoid_ports: tuple[int, ...] = ()  # fixed ports of other replicas on this node
+
+    @property
+    def unit(self) -> str:
+        """The replica this step belongs to (`<deployment>-<replica>`), or the step's own name."""
+        return f"{self.deployment}-{self.replica}" if self.deployment else self.name
+
+    def program(self) -> str:
+        """argv[0] as it will run (a port still to be chosen expands as 0)."""
+        return expand(self.argv[0], {"port": "0", **self.values}) if self.argv else ""
 
     def to_json(self) -> dict:
-        return {"name": self.name, "node": self.node, "argv": list(self.argv), "env": dict(self.env),
-                "gpu_slots": list(self.gpu_slots), "deployment": self.deployment, "rank": self.rank}
+        return {"name": self.name, "node": self.node, "argv": list(self.argv), "values": dict(self.values),
+                "env": dict(self.env), "pass": list(self.passed), "gpu_slots": list(self.gpu_slots),
+                "deployment": self.deployment, "replica": self.replica, "rank": self.rank,
+                "choose_port": self.choose_port, "avoid_ports": list(self.avoid_ports)}
 
 
 @attrs.frozen
@@ -52,14 +73,21 @@ class Layout:
     num_shards: int = 1
 
 
-def step_env(env: Env, ambient: Mapping[str, str], layout: Layout, role: str) -> dict[str, str]:
-    """The plan's `set` values, the `forward` names that exist, and the runtime's own variables."""
-    out = {"PATH": DEFAULT_PATH, "LC_ALL": "C.UTF-8"}
-    out.update({name: ambient[name] for name in env.forward if name in ambient})
+def step_env(env: Env, ambient: Mapping[str, str], layout: Layout, role: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The plan's `set` values and the runtime's own variables, and the names passed by environment:
+    forwarded names the supervisor has (a forwarded value overrides the defaults, `set` overrides
+    it) and the attempt key's variable."""
+    passed = tuple(n for n in env.forward if n in ambient and n not in env.set)
+    out = {k: v for k, v in {"PATH": DEFAULT_PATH, "LC_ALL": "C.UTF-8"}.items() if k not in passed}
     out.update(env.set)
     out.update(DD_SLURM_ATTEMPT_ID=layout.attempt_id, DD_SLURM_ROLE=role,
                DD_SLURM_ATTEMPT_DIR=layout.attempt_dir, DD_SLURM_ENDPOINTS_FILE=layout.endpoints_file)
-    return out
+    return out, passed + ((env.api_key_var,) if env.api_key_var else ())
+
+
+def passed_values(spec: StepSpec, ambient: Mapping[str, str], api_key: str, key_var: Optional[str]) -> dict[str, str]:
+    """The values srun must carry for `spec.passed` (the caller's process environment, never a file)."""
+    return {n: api_key if n == key_var else ambient[n] for n in spec.passed if n == key_var or n in ambient}
 
 
 def common_values(layout: Layout) -> dict[str, str]:
@@ -68,43 +96,58 @@ def common_values(layout: Layout) -> dict[str, str]:
             "num_shards": str(layout.num_shards)}
 
 
-def deployment_steps(plan: Plan, dep: Deployment, placed: Placed, layout: Layout,
-                     ambient: Mapping[str, str]) -> list[StepSpec]:
-    """One step per node of the deployment: the leader's argv on rank 0, followers' on the rest."""
+def replica_steps(plan: Plan, dep: Deployment, placed: Placed, layout: Layout, ambient: Mapping[str, str],
+                  avoid_ports: tuple[int, ...] = ()) -> list[StepSpec]:
+    """One step per node of the replica: the leader's argv on rank 0 (`deploy-<dep>-<k>`), the
+    followers' on the rest (`deploy-<dep>-<k>-<rank>`). With an automatic port the leader chooses
+    it; followers get it in `values` once it is known (`with_port`)."""
     steps = []
     for rank, node in enumerate(placed.nodes):
-        values = {**common_values(layout), "port": str(dep.port), "host": node, "leader_host": placed.leader,
+        values = {**common_values(layout), "host": node, "leader_host": placed.leader,
                   "node_rank": str(rank), "num_nodes": str(dep.nodes)}
-        template = dep.argv if rank == 0 else (dep.follower_argv or ())
-        name = f"deploy-{dep.name}-{rank}"
+        if placed.port is not None:
+            values["port"] = str(placed.port)
+        name = f"deploy-{placed.name}" + (f"-{rank}" if rank else "")
+        env, passed = step_env(dep.env, ambient, layout, name)
         steps.append(StepSpec(
-            name=name, node=node, argv=tuple(expand(a, values) for a in template),
-            env=step_env(dep.env, ambient, layout, name), gres_gpus=plan.job.gpus_per_node if dep.gpus_per_node else 0,
-            gpu_slots=placed.gpu_slots, cpus=plan.job.cpus_per_task, deployment=dep.name, rank=rank,
-        ))
+            name=name, node=node, argv=tuple(dep.argv if rank == 0 else (dep.follower_argv or ())), values=values,
+            env=env, passed=passed, gres_gpus=plan.job.gpus_per_node if dep.gpus_per_node else 0,
+            gpu_slots=placed.gpu_slots, cpus=plan.job.cpus_per_task, deployment=dep.name, replica=placed.replica,
+            rank=rank, choose_port=placed.port is None and rank == 0, avoid_ports=avoid_ports if rank == 0 else ()))
     return steps
+
+
+def with_port(spec: StepSpec, port: int) -> StepSpec:
+    """A follower of an automatic-port replica, once its leader has chosen the port."""
+    return attrs.evolve(spec, values={**spec.values, "port": str(port)})
+
+
+def needs_port(spec: StepSpec) -> bool:
+    return "port" not in spec.values and not spec.choose_port
 
 
 def client_step(plan: Plan, node: str, layout: Layout, ambient: Mapping[str, str], preflight: bool) -> StepSpec:
     name = "preflight" if preflight else "client"
     template = plan.client.preflight_argv if preflight else plan.client.argv
-    argv = tuple(expand(a, common_values(layout)) for a in template or ())
-    return StepSpec(name=name, node=node, argv=argv, env=step_env(plan.client.env, ambient, layout, name),
-                    cpus=plan.job.cpus_per_task)
+    env, passed = step_env(plan.client.env, ambient, layout, name)
+    return StepSpec(name=name, node=node, argv=tuple(template or ()), values=common_values(layout), env=env,
+                    passed=passed, cpus=plan.job.cpus_per_task)
 
 
 def srun_argv(spec: StepSpec, srun: str, job_id: str, interpreter: list[str], entry: str,
               spec_path: str) -> list[str]:
     gres = f"gpu:{spec.gres_gpus}" if spec.gres_gpus else "none"
+    exports = ",".join(RUNTIME_NAMES + spec.passed)
     return [srun, f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={spec.node}", "--overlap",
-            f"--gres={gres}", f"--cpus-per-task={spec.cpus}", "--export=NONE", "--kill-on-bad-exit=1",
+            f"--gres={gres}", f"--cpus-per-task={spec.cpus}", f"--export={exports}", "--kill-on-bad-exit=1",
             f"--job-name={spec.name}", *interpreter, entry, "_step", spec_path]
 
 
 def node_command_argv(srun: str, job_id: str, nodes: tuple[str, ...], interpreter: list[str], entry: str,
                       command: list[str], name: str, gres_gpus: int = 0, identity: str = "") -> list[str]:
-    """One task on each of `nodes` (probes before launch, leftover scans in cleanup). `identity`
-    is the explicit export list (attempt id and role: plain identifiers, no commas)."""
+    """One task on each of `nodes` (probes before launch, identity checks, leftover scans in
+    cleanup). `identity` is the explicit export list (names, or attempt id and role: plain
+    identifiers, no commas)."""
     gres = f"gpu:{gres_gpus}" if gres_gpus else "none"
     return [srun, f"--jobid={job_id}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={','.join(nodes)}", "--overlap", f"--gres={gres}", "--cpus-per-task=1",

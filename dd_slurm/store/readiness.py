@@ -1,9 +1,12 @@
 """The attempt-readiness record: one schema, one writer, monotonic transitions, atomic writes.
 
-{"schema": 1, "attempt_id": str, "endpoints": "unpublished" | "published" | "withdrawn",
- "deployments": {name: {"state": S, "expected": int, "ready": [base_url], "nodes": [node],
-                        "base_url": str, "deadline": wall seconds | null, "last_probe": {...} | null,
-                        "detail": str | null}}}
+{"schema": 2, "attempt_id": str, "endpoints": "unpublished" | "published" | "withdrawn",
+ "deployments": {replica name: {"state": S, "deployment": str, "replica": int, "model_alias": str,
+                        "expected": int, "ready": [base_url], "nodes": [node], "port": int | null,
+                        "base_url": str | null, "deadline": wall seconds | null,
+                        "last_probe": {...} | null, "detail": str | null}}}
+One entry per replica, keyed `<deployment>-<replica>`; `port` and `base_url` are null until an
+automatic port is published at launch.
 S moves pending -> starting -> ready -> stopped, or to failed from any live state; failed and
 stopped are final. `endpoints` moves unpublished -> published -> withdrawn (or straight to withdrawn).
 """
@@ -17,7 +20,7 @@ from dd_slurm.errors import DdSlurmError
 from dd_slurm.store.atomic import write_json_atomic
 
 READINESS_NAME = "readiness.json"
-SCHEMA = 1
+SCHEMA = 2
 MOVES = {
     "pending": {"starting", "failed", "stopped"},
     "starting": {"ready", "failed", "stopped"},

@@ -1,9 +1,12 @@
-"""A minimal generation client for tests: reads the endpoints file, asks each model, writes JSONL."""
+"""A minimal generation client for tests: reads the endpoints file, asks each model alias's one
+logical URL (`models[alias]["url"]`), writes JSONL. Sends `Authorization: Bearer` with the value of
+the `--api-key-env` variable when it is set (the runtime puts the attempt key there)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.request
@@ -19,22 +22,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hang", action="store_true", help="never finish")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before doing anything")
     p.add_argument("--tag", default=None, help="written into every record (e.g. {shard_index}/{num_shards})")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="variable holding the key to send, if set")
     return p.parse_args(argv)
 
 
-def load_endpoints(path: str) -> dict[str, list[str]]:
+def load_endpoints(path: str, preflight: bool = False) -> dict[str, str | None]:
+    """alias -> its logical URL (null allowed only while planned, for the preflight)."""
     with open(path) as handle:
         data = json.load(handle)
+    if data.get("schema") != 2:
+        raise ValueError(f"endpoints schema {data.get('schema')!r} is not 2")
     models = data["models"]
-    if not models or not all(isinstance(v["base_urls"], list) and v["base_urls"] for v in models.values()):
-        raise ValueError("every model alias needs at least one base URL")
-    return {alias: spec["base_urls"] for alias, spec in models.items()}
+    if not models or not all(isinstance(v["url"], str) or (preflight and v["url"] is None) for v in models.values()):
+        raise ValueError("every model alias needs its URL")
+    return {alias: spec["url"] for alias, spec in models.items()}
 
 
-def chat(base_url: str, alias: str, prompt: str) -> str:
+def chat(base_url: str, alias: str, prompt: str, key: str | None = None) -> str:
     body = {"model": alias, "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}]}
-    request = urllib.request.Request(f"{base_url}/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"{base_url}/chat/completions", data=json.dumps(body).encode(), headers=headers)
     with urllib.request.urlopen(request, timeout=30) as response:
         reply = json.load(response)
     return reply["choices"][0]["message"]["content"]
@@ -43,16 +50,17 @@ def chat(base_url: str, alias: str, prompt: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     time.sleep(args.sleep)
-    endpoints = load_endpoints(args.endpoints)
+    endpoints = load_endpoints(args.endpoints, args.preflight)
     if args.preflight:
         print(f"preflight {'ok' if args.exit_code == 0 else 'failed'}: {sorted(endpoints)}", flush=True)
         return args.exit_code
     while args.hang:
         time.sleep(3600)
     with open(args.out, "w") as out:
-        for alias, urls in sorted(endpoints.items()):
+        key = os.environ.get(args.api_key_env)
+        for alias, url in sorted(endpoints.items()):
             for index in range(args.records):
-                text = chat(urls[index % len(urls)], alias, f"record {index}")
+                text = chat(url, alias, f"record {index}", key)
                 record = {"alias": alias, "index": index, "text": text}
                 out.write(json.dumps(record if args.tag is None else {**record, "tag": args.tag}) + "\n")
     print(f"wrote {args.records * len(endpoints)} records", flush=True)

@@ -5,11 +5,18 @@ loaded, `GET /health` is 200 with an empty body, `GET /v1/models` lists the mode
 `POST /v1/chat/completions` and `/v1/completions` answer deterministically. Multi-node: the leader
 serves only after every follower has joined its coordination port; followers open no HTTP port and
 exit when the leader goes away; the leader exits non-zero when a follower goes away.
+
+Capacity as a GPU server has it: `--capacity N` requests are served at once, each taking
+`--latency-s`; the rest wait unboundedly, as vLLM queues them. With `--api-key-var NAME` and NAME set
+in its environment, `/v1/*` requires `Authorization: Bearer <key>` (vLLM's VLLM_API_KEY). `GET /stats`
+counts the completion requests received; `--request-log FILE` appends one line per such request.
+`"stream": true` answers server-sent events, chunked.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -47,6 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ignore-sigterm-s", type=float, default=0.0, help="after SIGTERM, keep running this long")
     p.add_argument("--never-healthy", action="store_true", help="keep loading forever")
     p.add_argument("--die-after-s", type=float, default=None, help="follower: exit --exit-code after this")
+    p.add_argument("--capacity", type=int, default=None, help="requests served at once; the rest wait")
+    p.add_argument("--latency-s", type=float, default=0.0, help="time each completion takes")
+    p.add_argument("--api-key-var", "--api-key-env", dest="api_key_var", default=None,
+                   help="environment variable holding the key /v1/* requires (vLLM's VLLM_API_KEY)")
+    p.add_argument("--request-log", default=None, help="append one JSON line per completion request")
+    p.add_argument("--stall-after-requests", type=int, default=None, help="requests after the Nth never answer")
     return p.parse_args(argv)
 
 
@@ -100,12 +113,24 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._headers_buffer.append(b"\r\n" + body)  # head and body in one send, as uvicorn writes them
+        self.flush_headers()
+
+    def authorized(self) -> bool:
+        """vLLM's check: with a key set, /v1/* needs `Authorization: Bearer <key>` (else 401)."""
+        key = self.server.api_key
+        if not key or not self.path.startswith("/v1") or self.headers.get("Authorization") == f"Bearer {key}":
+            return True
+        self.reply(401, json.dumps({"error": "Unauthorized"}).encode())
+        return False
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if not self.authorized():
+            return
         if self.path == "/health":
             self.reply(200, b"", "text/plain")
+        elif self.path == "/stats":
+            self.reply(200, json.dumps(self.server.stats()).encode())
         elif self.path == "/v1/models":
             model = {"id": self.server.model, "object": "model", "created": 0, "owned_by": "dd-slurm-fake",
                      "root": self.server.model, "max_model_len": 4096}
@@ -120,30 +145,91 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self.reply(400, json.dumps({"error": {"message": "invalid JSON"}}).encode())
             return
+        if not self.authorized():
+            return
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             self.reply(404, json.dumps({"detail": "Not Found"}).encode())
             return
-        self.server.count_request()
-        self.reply(200, json.dumps(self.server.answer(self.path, body)).encode())
+        number = self.server.count_request(self.path, body)
+        with self.server.slot():
+            if self.server.args.stall_after_requests is not None and number > self.server.args.stall_after_requests:
+                threading.Event().wait()  # a hung engine: the request is held, /health still answers
+            time.sleep(self.server.args.latency_s)
+        answer = self.server.answer(self.path, body)
+        if body.get("stream") is True:
+            self.stream(answer)
+        else:
+            self.reply(200, json.dumps(answer).encode())
+
+    def stream(self, answer: dict) -> None:
+        """Server-sent events, one chunk each, as vLLM streams: the text word by word, then [DONE]."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        choice = answer["choices"][0]
+        text = choice["text"] if "text" in choice else choice["message"]["content"]
+        for word in text.split(" "):
+            piece = {"text": word + " "} if "text" in choice else {"delta": {"content": word + " "}}
+            event = {"id": answer["id"], "object": f"{answer['object']}.chunk", "model": answer["model"],
+                     "choices": [{"index": 0, **piece, "finish_reason": None}]}
+            self.chunk(f"data: {json.dumps(event)}\n\n".encode())
+        self.chunk(b"data: [DONE]\n\n")
+        self.chunk(b"")
+
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
 
 class ModelServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024  # a listen backlog for hundreds of concurrent clients, as uvicorn's 2048
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__((args.host, args.port), Handler)
         self.model = args.model
         self.args = args
         self.requests = 0
+        self.by_path: dict[str, int] = {}
+        self.serving = self.peak_serving = 0
         self.lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(args.capacity) if args.capacity else contextlib.nullcontext()
+        self.api_key = os.environ.get(args.api_key_var) if args.api_key_var else None
 
-    def count_request(self) -> None:
+    @contextlib.contextmanager
+    def slot(self):
+        """Held while a request is served: at most --capacity at once, the others wait their turn."""
+        with self.slots:
+            with self.lock:
+                self.serving += 1
+                self.peak_serving = max(self.peak_serving, self.serving)
+            try:
+                yield
+            finally:
+                with self.lock:
+                    self.serving -= 1
+
+    def count_request(self, path: str, body: dict) -> int:
         with self.lock:
             self.requests += 1
+            self.by_path[path] = self.by_path.get(path, 0) + 1
+            number = self.requests
+            if self.args.request_log:
+                line = json.dumps({"n": number, "path": path, "prompt_sha256": hashlib.sha256(
+                    prompt_of(body).encode()).hexdigest(), "t": time.time()}) + "\n"
+                with open(self.args.request_log, "a") as handle:
+                    handle.write(line)
             limit = self.args.crash_after_requests
             if limit is not None and self.requests >= limit:
                 exit_later(0.05, self.args.exit_code, f"crash after {self.requests} requests")
+        return number
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {"requests": self.requests, "by_path": dict(self.by_path), "serving": self.serving,
+                    "peak_serving": self.peak_serving}
 
     def answer(self, path: str, body: dict) -> dict:
         text = completion_text(self.model, prompt_of(body))

@@ -283,6 +283,9 @@ def main() -> int:
 
     rows += [render_benchmark(), *calls_per_round(), *startup_benchmarks(ref), *lab_status_benchmarks(),
              *runtime_benchmarks(), *scale_benchmarks()]
+    from tests.bench.bench_gateway import gateway_benchmarks
+
+    rows += gateway_benchmarks(row)
     text = table(rows)
     print(f"machine: {machine}\n\n{text}")
     OUT.mkdir(parents=True, exist_ok=True)

@@ -27,10 +27,12 @@ def free_port() -> int:
 
 def plan_data(name: str = "single-node") -> dict:
     """A fixture plan with free ports (argv uses {port}; the leader/follower coordination port is
-    literal, so both sides get the same fresh one) and a short cleanup grace."""
+    literal, so both sides get the same fresh one; a null port stays null: the runtime chooses it)
+    and a short cleanup grace."""
     data = json.loads((PLANS / f"{name}.json").read_text())
     for dep in data["deployments"]:
-        dep["port"] = free_port()
+        if dep.get("port") is not None:
+            dep["port"] = free_port()
         coord = str(free_port())
         for argv in (dep["argv"], dep.get("follower_argv") or []):
             if "--coord-port" in argv:

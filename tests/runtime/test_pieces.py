@@ -15,11 +15,11 @@ from dd_slurm.errors import AttemptFailure, VerificationError
 from dd_slurm.plan import Result, parse_plan
 from dd_slurm.runtime.hostlist import expand_hostlist
 from dd_slurm.runtime.parquet_rows import parquet_num_rows
-from dd_slurm.runtime.placement import place, place_replicas
+from dd_slurm.runtime.placement import place_replicas
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import step_environment
-from dd_slurm.runtime.steps import Layout, deployment_steps, srun_argv
+from dd_slurm.runtime.steps import Layout, replica_steps, srun_argv
 from dd_slurm.store.readiness import Readiness, ReadinessError, is_terminal, validate_record
 from tests.conftest import FIXTURES, PLANS
 
@@ -52,6 +52,11 @@ def _plan(name="two-deployments", **job):
     return parse_plan(json.dumps(data))
 
 
+def place(plan, nodes, gpus):
+    """Replica 0 of each deployment, by deployment name."""
+    return {u.deployment: u for u in place_replicas(plan, nodes, gpus) if u.replica == 0}
+
+
 def test_placement_of_the_two_deployment_plan() -> None:
     """The two-node deployment takes the first two nodes (slots 0,1 each), the other the third."""
     placed = place(_plan(), ("n1", "n2", "n3"), 2)
@@ -77,16 +82,21 @@ def test_impossible_placement_is_a_verification_error() -> None:
 
 
 def test_step_argument_vector_and_follower_placeholders(tmp_path) -> None:
-    """Each rank becomes one srun vector (no shell); the follower gets its rank and the leader's host."""
+    """Each rank becomes one srun vector (no shell); the follower gets its rank and the leader's
+    host; the launcher expands the argv; srun exports names only."""
+    from dd_slurm.fields import expand
+
     plan = _plan()
     placed = place(plan, ("n1", "n2", "n3"), 2)
     layout = Layout("a-1", "/ws/a-1", "/ws/a-1/endpoints.json", "/ws/a-1/results")
-    leader, follower = deployment_steps(plan, plan.deployments[0], placed["big"], layout, {})
-    assert ("n2", "1", "n1") == (follower.node, follower.argv[follower.argv.index("--node-rank") + 1],
-                                 follower.argv[follower.argv.index("--leader") + 1])
-    assert "/ws/a-1/bundle/lib/dd_slurm/testing/fake_model.py" == leader.argv[1]
+    leader, follower = replica_steps(plan, plan.deployments[0], placed["big"], layout, {})
+    argv = [expand(a, follower.values) for a in follower.argv]
+    assert ("deploy-big-0", "deploy-big-0-1") == (leader.name, follower.name)
+    assert ("n2", "1", "n1") == (follower.node, argv[argv.index("--node-rank") + 1], argv[argv.index("--leader") + 1])
+    assert "/ws/a-1/bundle/lib/dd_slurm/testing/fake_model.py" == expand(leader.argv[1], leader.values)
     expected = ["/usr/bin/srun", "--jobid=77", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--overlap", "--gres=gpu:2",
-                "--cpus-per-task=1", "--export=NONE", "--kill-on-bad-exit=1", "--job-name=deploy-big-0",
+                "--cpus-per-task=1", "--export=DD_SLURM_ATTEMPT_ID,DD_SLURM_ROLE", "--kill-on-bad-exit=1",
+                "--job-name=deploy-big-0",
                 "/usr/bin/python3", "-I", "-S", "/b/entry.py", "_step", "/s.json"]
     assert expected == srun_argv(leader, "/usr/bin/srun", "77", ["/usr/bin/python3", "-I", "-S"], "/b/entry.py",
                                  "/s.json")
@@ -102,13 +112,13 @@ def test_launcher_narrows_gpus_to_the_placed_slots() -> None:
 
 
 def _readiness(tmp_path):
-    return Readiness(tmp_path, "a-1", {"big": {"nodes": ["n1"]}, "small": {"nodes": ["n2"]}})
+    return Readiness(tmp_path, "a-1", {"big-0": {"nodes": ["n1"]}, "small-0": {"nodes": ["n2"]}})
 
 
 def test_readiness_writer_accepts_the_forward_path_and_ends_terminal(tmp_path) -> None:
     """pending -> starting -> ready -> stopped with endpoints published then withdrawn is valid."""
     record = _readiness(tmp_path)
-    for name in ("big", "small"):
+    for name in ("big-0", "small-0"):
         record.move(name, "starting")
         record.move(name, "ready", ready=["http://x/v1"])
     record.endpoints("published")
@@ -123,9 +133,9 @@ def test_readiness_writer_refuses_backward_moves(tmp_path, path, bad) -> None:
     """The writer validates transitions: no skipping to ready, no going back, final states stay."""
     record = _readiness(tmp_path)
     for state in path:
-        record.move("big", state)
+        record.move("big-0", state)
     with pytest.raises(ReadinessError):
-        record.move("big", bad)
+        record.move("big-0", bad)
 
 
 @given(st.lists(st.sampled_from(["pending", "starting", "ready", "failed", "stopped"]), max_size=8))
@@ -135,7 +145,7 @@ def test_readiness_record_is_always_valid_on_disk(tmp_path_factory, moves) -> No
     record = _readiness(directory)
     for state in moves:
         try:
-            record.move("big", state)
+            record.move("big-0", state)
         except ReadinessError:
             pass
         assert [] == validate_record(json.loads((directory / "readiness.json").read_text()))

@@ -21,24 +21,28 @@ def test_single_node_plan_succeeds_and_leaves_nothing(tmp_path, fake_slurm) -> N
     manifest = read(directory, "result-manifest.json")
     assert ("records.jsonl", 3) == (manifest["path"], manifest["records"])
     readiness = read(directory, "readiness.json")
-    assert ("withdrawn", "stopped") == (readiness["endpoints"], readiness["deployments"]["small"]["state"])
+    assert ("withdrawn", "stopped") == (readiness["endpoints"], readiness["deployments"]["small-0"]["state"])
     assert "clean" == read(directory, "cleanup.json")["verdict"]
     assert [] == no_leftovers(staged.attempt_id)
 
 
 def test_two_node_deployment_with_follower_and_a_second_deployment(tmp_path, fake_slurm) -> None:
     """big spans nodes 1-2 (leader + follower) on GPU slots 0,1 of each; small gets node 3, slot 0;
-    the endpoints file names each alias's leader URL."""
-    attempt, staged = run(tmp_path, fake_slurm, plan_data("two-deployments"))
+    the endpoints file (schema 2) gives each alias its leader's URL and its one replica."""
+    data = plan_data("two-deployments")
+    attempt, staged = run(tmp_path, fake_slurm, data)
     assert "succeeded" == attempt.outcome
     started = {p.name.split(".")[0]: json.loads(p.read_text())
                for p in (staged.attempt_dir / "steps").glob("deploy-*.started.json")}
     placed = {name: (r["node"], r["cuda_visible_devices"]) for name, r in started.items()}
-    assert {"deploy-big-0": ("127.0.2.1", "0,1"), "deploy-big-1": ("127.0.2.2", "0,1"),
+    assert {"deploy-big-0": ("127.0.2.1", "0,1"), "deploy-big-0-1": ("127.0.2.2", "0,1"),
             "deploy-small-0": ("127.0.2.3", "0")} == placed
-    models = read(staged.attempt_dir, "endpoints.json")["models"]
-    assert {"big-model", "small-model"} == set(models)
-    assert models["big-model"]["base_urls"][0].startswith("http://127.0.2.1:")
+    endpoints = read(staged.attempt_dir, "endpoints.json")
+    big_url = f"http://127.0.2.1:{data['deployments'][0]['port']}/v1"
+    assert (2, "withdrawn", {"big-model", "small-model"}) == (endpoints["schema"], endpoints["state"],
+                                                             set(endpoints["models"]))
+    assert {"url": big_url, "replicas": [{"deployment": "big", "replica": 0, "base_url": big_url}]} == \
+        endpoints["models"]["big-model"]
     assert [] == no_leftovers(staged.attempt_id)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from tests.runtime.harness import plan_data
 
 EXE = [str(Path(sys.executable).parent / "dd-slurm")]
 PREFIX = {"current": "t-"}  # set per test by tests/slurm/conftest.py; its jobs are cancelled after it
+CLUSTER: dict = {"current": None}  # the test's lab cluster (tests.slurm.clusters.Cluster), set alike
 
 
 def submit(tmp_path: Path, data: dict, name: str, env: Optional[dict] = None) -> tuple[Path, str]:
@@ -23,7 +23,7 @@ def submit(tmp_path: Path, data: dict, name: str, env: Optional[dict] = None) ->
     plan = tmp_path / f"{name}.json"
     plan.write_text(json.dumps(data))
     out = subprocess.run(EXE + ["submit", "--json", str(plan), "-w", str(tmp_path / "ws")], capture_output=True,
-                         text=True, timeout=120, env=env or dict(os.environ))
+                         text=True, timeout=120, env=env or CLUSTER["current"].env())
     assert 0 == out.returncode, out.stderr
     submitted = json.loads(out.stdout)
     return Path(submitted["attempt_dir"]), submitted["job_id"]
@@ -47,7 +47,8 @@ def wait_job_gone(job_id: str, seconds: float = 60) -> None:
     """Until Slurm no longer runs the job (the supervisor has exited and the job completed)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([CLUSTER["current"].tool("squeue"), "-h", "-j", job_id, "-o", "%T"], capture_output=True,
+                             text=True, timeout=30)
         if out.stdout.strip() in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             return
         time.sleep(0.3)

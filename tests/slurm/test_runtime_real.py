@@ -15,10 +15,11 @@ from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("plan", ["single-node", "two-deployments"])
+@pytest.mark.parametrize("plan", ["single-node", "two-deployments", "replicas"])
 def test_plan_succeeds_on_the_real_cluster(tmp_path, plan: str) -> None:
-    """The one-node plan, and the plan with a deployment across n1+n2 (leader + follower) and one
-    on n3, end `succeeded` with results validated, a clean cleanup and no process left anywhere."""
+    """The one-node plan, the plan with a deployment across n1+n2 (leader + follower) and one on
+    n3, and three replicas of one alias with automatic ports and the attempt key, end `succeeded`
+    with results validated, a clean cleanup and no process left anywhere."""
     attempt_dir, job_id = submit(tmp_path, plan_data(plan), f"e2e-{plan}")
     wait_state(attempt_dir, ("done",), 150)
     wait_job_gone(job_id)
@@ -29,6 +30,9 @@ def test_plan_succeeds_on_the_real_cluster(tmp_path, plan: str) -> None:
     if plan == "two-deployments":
         nodes = {json.loads(p.read_text())["node"] for p in (attempt_dir / "steps").glob("deploy-*.started.json")}
         assert {"n1", "n2", "n3"} == nodes
+    if plan == "replicas":
+        replicas = read(attempt_dir, "endpoints.json")["models"]["small-model"]["replicas"]
+        assert [0, 1, 2] == [r["replica"] for r in replicas] and 3 == len({r["base_url"] for r in replicas})
     assert [] == no_leftovers(attempt_dir.name)
 
 
@@ -40,7 +44,7 @@ def _fails_verification(attempt_dir, job_id, reason) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_tampered_bundle_file(tmp_path) -> None:
+def test_tampered_bundle_file(tmp_path, cluster) -> None:
     """A bundle file changed after staging: bundle_checksum, before any server."""
     from dd_slurm.bundle.stage import stage
     from dd_slurm.clock import Clock
@@ -50,12 +54,13 @@ def test_tampered_bundle_file(tmp_path) -> None:
     target = staged.bundle_dir / "lib" / "dd_slurm" / "fields.py"
     os.chmod(target, 0o644)
     target.write_text(target.read_text() + "# tampered\n")
-    job = subprocess.run(["sbatch", "--parsable", str(staged.script)], capture_output=True, text=True, check=True)
+    job = subprocess.run([cluster.tool("sbatch"), "--parsable", str(staged.script)], capture_output=True, text=True,
+                         check=True)
     _fails_verification(staged.attempt_dir, job.stdout.strip(), "bundle_checksum")
 
 
 @pytest.mark.timeout(180)
-def test_tampered_plan(tmp_path) -> None:
+def test_tampered_plan(tmp_path, cluster) -> None:
     """plan.json changed after staging: plan_digest, before any server."""
     from dd_slurm.bundle.stage import stage
     from dd_slurm.clock import Clock
@@ -65,12 +70,13 @@ def test_tampered_plan(tmp_path) -> None:
     plan_file = staged.attempt_dir / "plan.json"
     os.chmod(plan_file, 0o600)
     plan_file.write_bytes(plan_file.read_bytes().replace(b'"min_records":3', b'"min_records":0'))
-    job = subprocess.run(["sbatch", "--parsable", str(staged.script)], capture_output=True, text=True, check=True)
+    job = subprocess.run([cluster.tool("sbatch"), "--parsable", str(staged.script)], capture_output=True, text=True,
+                         check=True)
     _fails_verification(staged.attempt_dir, job.stdout.strip(), "plan_digest")
 
 
 @pytest.mark.timeout(180)
-def test_plan_needing_8_gpus_per_node_on_4_gpu_nodes(tmp_path) -> None:
+def test_plan_needing_8_gpus_per_node_on_4_gpu_nodes(tmp_path, cluster) -> None:
     """The plan wants 8 GPUs per node; the allocation (sbatch --gres=gpu:4 overriding the script)
     has 4: gpu_shape, before any server."""
     from dd_slurm.bundle.stage import stage
@@ -80,19 +86,19 @@ def test_plan_needing_8_gpus_per_node_on_4_gpu_nodes(tmp_path) -> None:
     data = plan_data("single-node")
     data["job"]["gpus_per_node"] = 8
     staged = stage(parse_plan(json.dumps(data)), tmp_path / "ws", Clock())
-    job = subprocess.run(["sbatch", "--parsable", "--gres=gpu:4", str(staged.script)], capture_output=True,
-                         text=True, check=True)
+    job = subprocess.run([cluster.tool("sbatch"), "--parsable", "--gres=gpu:4", str(staged.script)],
+                         capture_output=True, text=True, check=True)
     _fails_verification(staged.attempt_dir, job.stdout.strip(), "gpu_shape")
 
 
 @pytest.mark.timeout(180)
-def test_busy_port_on_n2(tmp_path) -> None:
+def test_busy_port_on_n2(tmp_path, cluster) -> None:
     """A port taken on n2 (its own address) before the job: port_busy from the probe on n2."""
     data = three_single_node_deployments(plan_data("single-node"))
     port = data["deployments"][1]["port"]
     with socket.socket() as busy:
         busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        busy.bind(("127.0.2.2", port))
+        busy.bind((cluster.addr("n2"), port))
         busy.listen()
         attempt_dir, job_id = submit(tmp_path, data, "busy-port")
         _fails_verification(attempt_dir, job_id, "port_busy")
@@ -101,7 +107,7 @@ def test_busy_port_on_n2(tmp_path) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_unwritable_results_dir(tmp_path) -> None:
+def test_unwritable_results_dir(tmp_path, cluster) -> None:
     """The results dir handed to someone else after staging: paths, before any server."""
     from dd_slurm.bundle.stage import stage
     from dd_slurm.clock import Clock
@@ -109,5 +115,6 @@ def test_unwritable_results_dir(tmp_path) -> None:
 
     staged = stage(parse_plan(json.dumps(plan_data("single-node"))), tmp_path / "ws", Clock())
     os.chown(staged.attempt_dir / "results", 65534, 65534)
-    job = subprocess.run(["sbatch", "--parsable", str(staged.script)], capture_output=True, text=True, check=True)
+    job = subprocess.run([cluster.tool("sbatch"), "--parsable", str(staged.script)], capture_output=True, text=True,
+                         check=True)
     _fails_verification(staged.attempt_dir, job.stdout.strip(), "paths")

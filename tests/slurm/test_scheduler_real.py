@@ -66,21 +66,24 @@ def test_rendered_scripts_pass_sbatch_test_only(tmp_path, real_commands) -> None
         assert 0 == result.returncode, (plan_file.name, result.stderr)
 
 
-def test_submit_status_cancel_through_the_cli(tmp_path, dd_slurm_exe) -> None:
+def test_submit_status_cancel_through_the_cli(tmp_path, dd_slurm_exe, cluster) -> None:
     """`submit --json` returns at once with the job; `status --json` observes it from a fresh
     process; `cancel` ends it and `status` then shows it cancelled."""
     plan = json.loads((PLANS / "single-node.json").read_text())
-    plan["runtime"]["python"] = "/bin/sleep"  # the job only has to exist; the runtime comes later
+    idle = tmp_path / "idle-runtime"  # the job only has to exist (and live until cancelled): not the runtime
+    idle.write_text("#!/bin/sh\nexec sleep 300\n")
+    idle.chmod(0o755)
+    plan["runtime"]["python"] = str(idle)
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     out = subprocess.run(dd_slurm_exe + ["submit", "--json", str(tmp_path / "plan.json"), "-w", str(tmp_path / "ws")],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=cluster.env())
     assert 0 == out.returncode, out.stderr
     submitted = json.loads(out.stdout)
     status = lambda: json.loads(subprocess.run(dd_slurm_exe + ["status", "--json", submitted["attempt_dir"]],
-                                               capture_output=True, text=True, timeout=60).stdout)
+                                               capture_output=True, text=True, timeout=60, env=cluster.env()).stdout)
     first = status()
     assert (submitted["job_id"], "staged") == (first["scheduler"]["job_id"], first["attempt"]["state"])
-    subprocess.run(dd_slurm_exe + ["cancel", submitted["attempt_dir"]], check=True, timeout=60)
+    subprocess.run(dd_slurm_exe + ["cancel", submitted["attempt_dir"]], check=True, timeout=60, env=cluster.env())
     last = wait_until(lambda: (lambda s: s if s["scheduler"]["state"] == "cancelled" else None)(status()), 60,
                       "cancelled")
     assert last["scheduler"]["terminal"]

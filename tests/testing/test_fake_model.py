@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -131,3 +135,70 @@ def test_follower_dies_after_a_while(procs) -> None:
                                  "--die-after-s", "0.5", "--exit-code", "4"], stderr=subprocess.PIPE, text=True)
     procs.append(follower)
     assert (4, 17) == (follower.wait(timeout=10), procs[0].wait(timeout=10))
+
+
+def test_capacity_serves_n_at_once_and_queues_the_rest(procs) -> None:
+    """--capacity 2: of 6 concurrent requests at most 2 are served at a time, none is refused,
+    and /stats counts every completion request received."""
+    port = free_port()
+    procs.append(start("--port", str(port), "--capacity", "2", "--latency-s", "0.2"))
+    wait_serving(port)
+    with ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(lambda i: get(port, "/v1/completions", {"prompt": f"p{i}"})[0], range(6)))
+    stats = json.loads(get(port, "/stats")[1])
+    assert ([200] * 6, 6, 2, 0) == (statuses, stats["requests"], stats["peak_serving"], stats["serving"])
+
+
+def test_api_key_variable_guards_v1_like_vllm(procs) -> None:
+    """With --api-key-var set in the environment, /v1/* without the Bearer key is 401; /health and
+    /stats stay open; the right key is served."""
+    port = free_port()
+    env = {**os.environ, "FAKE_KEY": "s3cret"}
+    procs.append(subprocess.Popen([*SERVER, "--host", "127.0.0.1", "--port", str(port), "--api-key-var", "FAKE_KEY"],
+                                  stderr=subprocess.PIPE, text=True, env=env))
+    wait_serving(port)
+    with pytest.raises(urllib.error.HTTPError) as refused_error:
+        get(port, "/v1/models")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer s3cret"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        allowed = response.status
+    assert (401, 200, 200, 200) == (refused_error.value.code, get(port, "/health")[0], get(port, "/stats")[0], allowed)
+
+
+def test_request_log_has_one_line_per_completion_request(procs, tmp_path) -> None:
+    """--request-log appends one line per completion request with the prompt's digest."""
+    port, log_file = free_port(), tmp_path / "requests.jsonl"
+    procs.append(start("--port", str(port), "--request-log", str(log_file)))
+    wait_serving(port)
+    for prompt in ("a", "b", "a"):
+        get(port, "/v1/completions", {"prompt": prompt})
+    get(port, "/v1/models")
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    digests = [hashlib.sha256(p.encode()).hexdigest() for p in ("a", "b", "a")]
+    assert ([1, 2, 3], digests) == ([l["n"] for l in lines], [l["prompt_sha256"] for l in lines])
+
+
+def test_streaming_answers_server_sent_events(procs) -> None:
+    """`"stream": true` answers text/event-stream, chunked, ending in `data: [DONE]`; the words
+    joined are the non-streamed reply."""
+    port = free_port()
+    procs.append(start("--port", str(port), "--model", "m"))
+    wait_serving(port)
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    plain = json.loads(get(port, "/v1/chat/completions", body)[1])["choices"][0]["message"]["content"]
+    status, raw = get(port, "/v1/chat/completions", {**body, "stream": True})
+    events = [line[len("data: "):] for line in raw.decode().split("\n\n") if line]
+    words = "".join(json.loads(e)["choices"][0]["delta"]["content"] for e in events[:-1])
+    assert (200, "[DONE]", plain) == (status, events[-1], words.rstrip(" "))
+
+
+def test_stall_after_requests_holds_requests_while_health_answers(procs) -> None:
+    """--stall-after-requests 1: the second completion never answers, /health still does."""
+    port = free_port()
+    procs.append(start("--port", str(port), "--stall-after-requests", "1"))
+    wait_serving(port)
+    get(port, "/v1/completions", {"prompt": "first"})
+    with pytest.raises(socket.timeout):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=b'{"prompt": "x"}')
+        urllib.request.urlopen(request, timeout=0.5)
+    assert 200 == get(port, "/health")[0]

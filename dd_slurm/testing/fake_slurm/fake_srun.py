@@ -1,5 +1,7 @@
 """Fake srun: runs the step's command locally, once per node of --nodelist, with the environment
-Slurm would give it under --export=NONE (SLURM_* and CUDA_VISIBLE_DEVICES, nothing of the caller).
+Slurm would give it under --export=NONE or --export=NAME,NAME=value,... (SLURM_* and
+CUDA_VISIBLE_DEVICES, plus exactly the listed names: a bare NAME takes its value from srun's own
+environment and is left out when srun does not have it, as real srun does).
 
 Like real srun, a SIGTERM to srun kills the step's tasks with SIGKILL; a graceful stop goes through
 (fake) `scancel --signal=TERM JOB.STEP`, which signals the tasks recorded here."""
@@ -31,10 +33,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def run_step(argv: list[str]) -> int:
     args, command = parse(argv)
     items = [] if args.export == "NONE" else (args.export or "").split(",")
-    if not args.export or any("=" not in item for item in items):
-        print(f"srun: fake srun wants --export=NONE or NAME=value pairs, not {args.export!r}", file=sys.stderr)
+    if not args.export or "ALL" in items or not all(items):
+        print(f"srun: fake srun wants --export=NONE or a list of names, not {args.export!r}", file=sys.stderr)
         return 1
-    exported = dict(item.split("=", 1) for item in items)
+    exported = dict(item.split("=", 1) for item in items if "=" in item)
+    exported.update({item: os.environ[item] for item in items if "=" not in item and item in os.environ})
     fake = FakeSlurm(Path(sys.argv[0]).resolve().parent)
     with fake.edit() as state:
         step_id = str(state.setdefault("next_step", {}).setdefault(args.jobid, 0))
@@ -44,7 +47,7 @@ def run_step(argv: list[str]) -> int:
     children = []
     for rank, node in enumerate(nodes):
         env = {"SLURM_JOB_ID": args.jobid, "SLURM_STEP_ID": step_id, "SLURMD_NODENAME": node,
-               "SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": args.nodelist, "PATH": "/usr/bin:/bin", **exported}
+               "SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": args.nodelist, **exported}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
             env["SLURM_GPUS_ON_NODE"] = str(gpus)

@@ -1,0 +1,115 @@
+"""The gateway process: listen, publish where, watch for stalls, account, stop on SIGTERM.
+
+What the supervisor watches:
+- `state_path` (JSON, atomic): written once listening, with the bound port and one URL per alias
+  (`state: "serving"`); rewritten on exit with `state: "stopped"` or `"stalled"` (then `stalled`
+  names the replicas that had requests in flight and sent no byte for stall_timeout_s).
+- `stats_path` (JSON, atomic): the accounting, written on SIGTERM/SIGINT, on SIGUSR1, on a stall;
+  `GET /_gateway/stats` answers the same document live.
+- exit code: 0 after SIGTERM/SIGINT; EXIT_STALLED after a stall; EXIT_CONFIG for a bad config or
+  a missing API key variable; EXIT_LISTEN when the address cannot be bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+import sys
+from typing import Mapping
+
+from dd_slurm.clock import Clock
+from dd_slurm.gateway.config import GatewayConfig
+from dd_slurm.gateway.pool import READ_LIMIT, AliasPool
+from dd_slurm.gateway.proxy import Proxy
+from dd_slurm.gateway.stats import report
+from dd_slurm.store.atomic import write_json_atomic
+
+EXIT_CONFIG = 2
+EXIT_LISTEN = 3
+EXIT_STALLED = 75
+STATE_SCHEMA = 1
+
+
+def log(message: str) -> None:
+    print(f"dd-slurm gateway[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+class Service:
+    def __init__(self, config: GatewayConfig, clock: Clock, environ: Mapping[str, str]) -> None:
+        self.config, self.clock = config, clock
+        self.api_key = environ.get(config.api_key_var) if config.api_key_var else None
+        self.pools = {alias: AliasPool(alias, targets, config.queue_limit, config.queue_timeout_s, clock.monotonic)
+                      for alias, targets in config.aliases.items()}
+        self.started_at = clock.wall()
+        self.state: dict = {}
+        self.stalled: list[dict] = []
+
+    def stats(self) -> dict:
+        return report(self.pools.values(), self.clock.wall(), self.started_at)
+
+    def write_stats(self) -> None:
+        try:
+            write_json_atomic(self.config.stats_path, self.stats(), mode=0o644)
+        except OSError as err:
+            log(f"error: stats_path: cannot write {self.config.stats_path} ({err.strerror})")
+
+    def publish(self, state: str) -> None:
+        self.state.update(state=state, updated_at=self.clock.wall(), stalled=self.stalled)
+        write_json_atomic(self.config.state_path, self.state, mode=0o644)
+
+    async def run(self) -> int:
+        if self.config.api_key_var and not self.api_key:
+            log(f"error: api_key_var: the environment variable {self.config.api_key_var} is not set")
+            return EXIT_CONFIG
+        proxy = Proxy(self.pools, self.api_key, self.config.retry_after_s, self.config.connect_timeout_s,
+                      self.clock.monotonic, self.stats)
+        try:
+            server = await asyncio.start_server(proxy.serve, self.config.host, self.config.port, limit=READ_LIMIT,
+                                                backlog=1024)
+        except OSError as err:
+            log(f"error: listen.port: cannot listen on {self.config.host}:{self.config.port} ({err.strerror})")
+            return EXIT_LISTEN
+        port = server.sockets[0].getsockname()[1]
+        base = f"http://{self.config.host}:{port}"
+        self.state = {"schema": STATE_SCHEMA, "pid": os.getpid(), "host": self.config.host, "port": port, "url": base,
+                      "models": {alias: f"{base}/{alias}/v1" for alias in self.pools}, "started_at": self.started_at}
+        self.publish("serving")
+        gc.freeze()  # the long-lived objects made so far are never collected: shorter GC passes
+        log(f"serving {', '.join(self.state['models'].values())}")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signo in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signo, stop.set)
+        loop.add_signal_handler(signal.SIGUSR1, self.write_stats)
+        watchdog = asyncio.ensure_future(self.watch(stop)) if self.config.stall_timeout_s else None
+        await stop.wait()
+        server.close()
+        if watchdog:
+            watchdog.cancel()
+        for pool in self.pools.values():
+            for replica in pool.replicas:
+                replica.close_idle()
+        self.write_stats()
+        self.publish("stalled" if self.stalled else "stopped")
+        log("stalled: " + ", ".join(s["name"] for s in self.stalled) if self.stalled else "stopped")
+        return EXIT_STALLED if self.stalled else 0
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        timeout = self.config.stall_timeout_s
+        interval = min(1.0, timeout / 4)
+        while not stop.is_set():
+            await asyncio.sleep(interval)
+            now = self.clock.monotonic()
+            self.stalled = [{"alias": pool.alias, "deployment": r.target.deployment, "replica": r.target.replica,
+                             "name": r.target.name, "base_url": r.target.base_url, "inflight": r.inflight,
+                             "silent_s": round(now - r.progress, 3)}
+                            for pool in self.pools.values() for r in pool.stalled(now, timeout)]
+            if self.stalled:
+                stop.set()
+
+
+def serve(config: GatewayConfig, clock: Clock | None = None, environ: Mapping[str, str] | None = None) -> int:
+    service = Service(config, clock or Clock(), os.environ if environ is None else environ)
+    return asyncio.run(service.run())

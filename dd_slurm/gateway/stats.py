@@ -1,0 +1,83 @@
+"""Accounting per alias and replica: counters, peaks and a bounded latency histogram."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+BUCKETS_PER_E = 1 / math.log(1.02)  # 2 % wide buckets: bounded memory, quantiles within 2 %
+
+
+class Latency:
+    """Log-bucketed histogram of durations in seconds."""
+
+    __slots__ = ("buckets", "count")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, int] = {}
+        self.count = 0
+
+    def add(self, seconds: float) -> None:
+        key = int(math.log(max(seconds, 1e-6) * 1e6) * BUCKETS_PER_E)
+        self.buckets[key] = self.buckets.get(key, 0) + 1
+        self.count += 1
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile in seconds (bucket midpoint), None when empty."""
+        if not self.count:
+            return None
+        rank = max(1, math.ceil(q * self.count))
+        seen = 0
+        for key in sorted(self.buckets):
+            seen += self.buckets[key]
+            if seen >= rank:
+                return math.exp((key + 0.5) / BUCKETS_PER_E) / 1e6
+        return None  # not reached
+
+    def summary(self) -> dict:
+        p50, p99 = self.quantile(0.5), self.quantile(0.99)
+        return {"count": self.count, "p50_ms": None if p50 is None else round(p50 * 1000, 3),
+                "p99_ms": None if p99 is None else round(p99 * 1000, 3)}
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx"
+
+
+class Counters:
+    """What one alias or one replica has seen."""
+
+    __slots__ = ("requests", "responses", "latency", "errors", "peak")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.responses: dict[str, int] = {}
+        self.latency = Latency()
+        self.errors: dict[str, int] = {}
+        self.peak = 0
+
+    def respond(self, status: int, seconds: float) -> None:
+        key = status_class(status)
+        self.responses[key] = self.responses.get(key, 0) + 1
+        self.latency.add(seconds)
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    def snapshot(self, peak_name: str) -> dict:
+        return {"requests": self.requests, "responses": dict(sorted(self.responses.items())),
+                "errors": dict(sorted(self.errors.items())), peak_name: self.peak, "latency": self.latency.summary()}
+
+
+def report(aliases: Iterable, now_wall: float, started_wall: float) -> dict:
+    """The stats document (gateway-stats.json) from the pools' counters."""
+    out = {}
+    for pool in aliases:
+        entry = pool.stats.snapshot("peak_queue")
+        entry["rejected_429"] = {"queue_full": pool.stats.errors.get("queue_full", 0),
+                                 "queue_timeout": pool.stats.errors.get("queue_timeout", 0)}
+        entry["replicas"] = [{"deployment": r.target.deployment, "replica": r.target.replica,
+                              "base_url": r.target.base_url, "max_inflight": r.target.max_inflight,
+                              "inflight": r.inflight, **r.stats.snapshot("peak_inflight")} for r in pool.replicas]
+        out[pool.alias] = entry
+    return {"schema": 1, "started_at": started_wall, "written_at": now_wall, "aliases": out}

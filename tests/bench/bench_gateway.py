@@ -1,0 +1,208 @@
+"""`make bench` rows for the gateway, measured side by side in one run on the same fake backends.
+
+Four fake model servers (capacity CAPACITY requests at once, the rest queued as vLLM does, 50 ms
+each) on loopback. At 64 and 256 concurrent keep-alive connections (the load generator is its own
+asyncio process), each for a few seconds: direct to one replica, direct to four (connections
+spread by the client: the no-proxy baseline for four), through the gateway to one and to four,
+and through nginx `least_conn` to four (Debian's nginx, installed here if missing, run with its own
+config on loopback and stopped afterwards). "Added" latency is measured against the direct run
+with the same replicas, so the servers' own queueing cancels out."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPACITY = int(os.environ.get("DD_SLURM_BENCH_CAPACITY", "8"))
+LATENCY_S = 0.05
+SECONDS, WARMUP = 3.0, 1.0
+RUNS = 3  # each setup this many times, interleaved, so that noise from other load spreads evenly
+CONCURRENCY = (64, 256)
+PATH = "/v1/chat/completions"
+NGINX_CONF = """worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy; fastcgi_temp_path {tmp}/fcgi;
+  uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+  upstream m {{ least_conn; {servers} keepalive 1024; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location /m/ {{ proxy_pass http://m/; proxy_http_version 1.1; proxy_set_header Connection "";
+                   proxy_buffering off; }}
+  }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_listening(port: int, seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def nginx_binary() -> str | None:
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if found or os.geteuid() != 0:
+        return found
+    print("bench: installing Debian's nginx-light for the comparison", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light"], capture_output=True, env=env, timeout=600)
+    if Path("/run/nginx.pid").exists():  # the package starts the system's nginx: leave no daemon behind
+        subprocess.run(["/usr/sbin/nginx", "-s", "quit"], capture_output=True, timeout=60)
+    return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+
+
+class Processes:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            self.stop(proc)
+
+
+def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int]) -> int:
+    config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
+              "aliases": {"m": {"replicas": [{"deployment": "bench", "replica": i,
+                                              "base_url": f"http://127.0.0.1:{p}/v1"} for i, p in enumerate(ports)]}},
+              "state_path": str(tmp / f"{name}-state.json"), "stats_path": str(tmp / f"{name}-stats.json"),
+              "stall_timeout_s": 60}
+    (tmp / f"{name}.json").write_text(json.dumps(config))
+    procs.start([sys.executable, "-m", "dd_slurm.gateway", str(tmp / f"{name}.json")],
+                {**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 15
+    while not (tmp / f"{name}-state.json").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the gateway never published its port")
+        time.sleep(0.05)
+    return json.loads((tmp / f"{name}-state.json").read_text())["port"]
+
+
+def start_nginx(procs: Processes, tmp: Path, ports: list[int]) -> int | None:
+    binary = nginx_binary()
+    if not binary:
+        return None
+    port = free_port()
+    home = tmp / "nginx"
+    home.mkdir()
+    home.chmod(0o755)
+    servers = " ".join(f"server 127.0.0.1:{p};" for p in ports)
+    (home / "nginx.conf").write_text(NGINX_CONF.format(tmp=home, servers=servers, port=port))
+    procs.start([binary, "-p", str(home), "-c", str(home / "nginx.conf")])
+    wait_listening(port)
+    return port
+
+
+def load(port_paths: list[tuple[int, str]], connections: int) -> dict:
+    targets = [f"127.0.0.1:{port}{path}" for port, path in port_paths]
+    done = subprocess.run([sys.executable, "-m", "tests.bench.loadgen", "--connections", str(connections),
+                           "--seconds", str(SECONDS), "--warmup", str(WARMUP), *targets],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return json.loads(done.stdout)
+
+
+def gateway_benchmarks(row: Callable[..., dict]) -> list[dict]:
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        procs = Processes()
+        try:
+            return _measure(row, procs, tmp)
+        finally:
+            procs.stop_all()
+
+
+def _measure(row: Callable[..., dict], procs: Processes, tmp: Path) -> list[dict]:
+    model = str(ROOT / "dd_slurm" / "testing" / "fake_model.py")
+    ports = [free_port() for _ in range(4)]
+    for port in ports:
+        procs.start([sys.executable, model, "--host", "127.0.0.1", "--port", str(port), "--model", "m",
+                     "--capacity", str(CAPACITY), "--latency-s", str(LATENCY_S)])
+    for port in ports:
+        wait_listening(port)
+    setups = {"direct, 1 replica": [(ports[0], PATH)],
+              "direct, 4 replicas (client spreads)": [(p, PATH) for p in ports],
+              "gateway, 1 replica": [(start_gateway(procs, tmp, "gw1", ports[:1]), "/m" + PATH)],
+              "gateway, 4 replicas": [(start_gateway(procs, tmp, "gw4", ports), "/m" + PATH)]}
+    nginx = start_nginx(procs, tmp, ports)
+    if nginx:
+        setups["nginx least_conn, 4 replicas"] = [(nginx, "/m" + PATH)]
+    rows = []
+    for connections in CONCURRENCY:
+        found: dict[str, list[dict]] = {label: [] for label in setups}
+        for _ in range(RUNS):
+            for label, targets in setups.items():
+                found[label].append(load(targets, connections))
+        rows += _rows(row, connections, found)
+    return rows
+
+
+def median_of(results: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in results)
+
+
+def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict]]) -> list[dict]:
+    """One row per setup: req/s over the runs; the note gives median p50/p99 and the added latency
+    against the direct run with as many replicas."""
+    med = {label: {k: median_of(results, k) for k in ("rps", "p50_ms", "p99_ms")} for label, results in found.items()}
+    one, four = med["direct, 1 replica"], med["direct, 4 replicas (client spreads)"]
+    nginx = med.get("nginx least_conn, 4 replicas")
+    rows = []
+    for label, results in found.items():
+        got, base = med[label], one if "1 replica" in label else four
+        added = "" if label.startswith("direct") else (
+            f"added p50 {got['p50_ms'] - base['p50_ms']:+.1f} ms, p99 {got['p99_ms'] - base['p99_ms']:+.1f} ms; ")
+        errors = sum(r["errors"] for r in results)
+        note = f"{added}p50 {got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, non-200: {errors}"
+        goal = "added p50 <= 2 ms" if label.startswith("gateway") else ""
+        if label == "gateway, 4 replicas":
+            goal += f"; >= 3.6x one replica: x{got['rps'] / one['rps']:.2f}"
+            if nginx:
+                goal += f"; >= 0.5x nginx: x{got['rps'] / nginx['rps']:.2f}"
+        rows.append(row(f"{label}, {connections} concurrent", [r["rps"] for r in results], "req/s", goal, note))
+    if not nginx:
+        rows.append(row(f"nginx least_conn, {connections} concurrent", [], "req/s", "", "skipped: nginx unavailable"))
+    return rows
+
+
+if __name__ == "__main__":  # the gateway rows alone: python -m tests.bench.bench_gateway
+    from tests.bench.bench import row, table
+
+    print(table(gateway_benchmarks(row)))
