@@ -153,7 +153,12 @@ def big_allocation(load_s: float = 3.0) -> list[dict]:
         return [_row(figure, [], "s", "< 3 s", f"the attempt ended {end.get('outcome')} ({end.get('reason')})")]
     overhead = times[("ready", "client")] - supervisor["started_at"] - load_s
     overhead += times[("cleanup", "done")] - times[("finalize", "cleanup")]
-    return [_row(figure, [overhead], "s", "< 3 s", "verify + launch + ready + cleanup; fake model servers"),
+    phases = {"verify": times[("staged", "verified")] - supervisor["started_at"],
+              "preflight": times[("preflight", "deploying")] - times[("staged", "verified")],
+              "deploy-ready": times[("deploying", "ready")] - times[("preflight", "deploying")],
+              "cleanup": times[("cleanup", "done")] - times[("finalize", "cleanup")]}
+    note = ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+    return [_row(figure, [overhead], "s", "< 3 s", f"fake model servers (load {load_s:g} s); {note}"),
             _row("  ... supervisor peak RSS", [supervisor["peak_rss_kib"] / 1024], "MiB", "< 80 MiB")]
 
 
