@@ -21,7 +21,7 @@ def observed(commands: SlurmCommands, job: str) -> list[tuple]:
     return [(o.job_id.replace(job, "J"), o.state, o.terminal, o.exit_code, o.signal, o.reason) for o in found]
 
 
-def settle(commands: SlurmCommands, job: str, wanted, seconds: float = 90) -> list[tuple]:
+def settle(commands: SlurmCommands, job: str, wanted, seconds: float = 150) -> list[tuple]:
     deadline = time.monotonic() + seconds
     while True:
         now = observed(commands, job)
@@ -44,7 +44,7 @@ def scenario(commands: SlurmCommands, directory: Path, name: str) -> tuple[list[
     return running, ended
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(400)
 def test_fake_arrays_normalize_exactly_like_real_slurm(tmp_path, job_prefix, real_commands) -> None:
     """`--array=0-3%2`: two tasks running and two pending on JobArrayTaskLimit, then after
     `scancel J` all four cancelled (the running ones by signal 15, the pending range with them)."""

@@ -6,7 +6,6 @@ nodes and their servers, bound to `{host}` on the same port, never collide."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -21,7 +20,9 @@ EXE = real_attempt.EXE
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(EXE + list(args), capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    """dd-slurm against this test's lab cluster."""
+    done = subprocess.run(EXE + list(args), capture_output=True, text=True, timeout=60,
+                          env=real_attempt.CLUSTER["current"].env())
     assert 0 == done.returncode, done.stderr
     return done
 
@@ -65,7 +66,8 @@ def listed(tmp_path: Path) -> list[tuple[str, str, str]]:
 
 
 def job_gone(job_id: str) -> bool:
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    squeue = real_attempt.CLUSTER["current"].tool("squeue")
+    out = subprocess.run([squeue, "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
     return not set(out.stdout.split()) & {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING"}
 
 
