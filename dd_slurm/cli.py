@@ -167,6 +167,12 @@ def render(plan: str, workspace: str) -> None:
     ws = workspace_path(workspace)
     digest = planned_manifest()[0]["digest"]
     attempt_id = new_attempt_id(loaded, _clock())
+    if loaded.job.array is not None:
+        from dd_slurm.shards import render_run
+
+        bin_dir = os.environ.get("DD_SLURM_BIN_DIR") or None
+        click.echo(render_run(loaded, ws, attempt_id, ws / "bundles" / digest, digest, bin_dir), nl=False)
+        return
     ctx = ScriptContext(attempt_id, str(ws / "attempts" / attempt_id), str(ws / "bundles" / digest), digest,
                         plan_digest(loaded), os.environ.get("DD_SLURM_BIN_DIR") or None)
     click.echo(render_script(loaded, ctx), nl=False)
@@ -183,7 +189,13 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
     from dd_slurm.bundle.stage import stage as do_stage
     from dd_slurm.plan import load_plan
 
-    staged = do_stage(load_plan(plan), workspace, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None)
+    loaded = load_plan(plan)
+    if loaded.job.array is not None:
+        from dd_slurm.shards import stage_run_summary
+
+        emit(stage_run_summary(loaded, workspace, _clock(), os.environ), as_json, lambda v: v["attempt_dir"])
+        return
+    staged = do_stage(loaded, workspace, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None)
     out = {"attempt_dir": str(staged.attempt_dir), "bundle_digest": staged.bundle_digest,
            "plan_digest": staged.plan_digest, "job_name": staged.job_name}
     emit(out, as_json, lambda v: v["attempt_dir"])
@@ -202,8 +214,10 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
     import os
     from pathlib import Path
 
-    if Path(plan).is_dir():
-        from dd_slurm.submit_staged import submit_staged as do_submit
+    if Path(plan, "run.json").is_file():
+        from dd_slurm.shards import submit_staged_run as do_submit
+    elif Path(plan).is_dir():
+        from dd_slurm.submit_staged import submit_staged as do_submit  # type: ignore[assignment]
     else:
         from dd_slurm.control import submit as do_submit  # type: ignore[assignment]
     out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
@@ -211,6 +225,8 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
         click.echo(json.dumps(out, sort_keys=True))
     else:
         emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
+    if wait and "shards" in out:
+        _run_status(out["attempt_dir"], as_json, True, interval)
     if wait:
         sys.exit(_follow(Path(out["attempt_dir"]), _clock(), _commands(), interval, as_json))
 
@@ -225,8 +241,11 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
 def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
     """The attempt's state from disk plus a fresh scheduler observation."""
     from dd_slurm.control import status as do_status
+    from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
+    if is_run_dir(attempt_dir):
+        return _run_status(attempt_dir, as_json, watch, interval)
     directory, clock, commands = checked_dir(attempt_dir), _clock(), _commands()
     if not watch:
         from dd_slurm.report import status_text
@@ -234,6 +253,15 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
         emit(do_status(directory, commands, clock), as_json, status_text)
         return
     sys.exit(_follow(directory, clock, commands, interval, as_json))
+
+
+def _run_status(run_dir: str, as_json: bool, watch: bool, interval: float) -> None:
+    """`status <run dir>`: every shard in one round; `--watch`: exit 0 if all succeeded, else 4."""
+    from dd_slurm.runs_view import watch_run
+
+    code = watch_run(run_dir, _commands(), _clock(), click.echo, as_json, watch, interval)
+    if code is not None:
+        sys.exit(code)
 
 
 def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
@@ -258,15 +286,30 @@ def query(job_ids: tuple[str, ...], as_json: bool) -> None:
         f"\t{o['reason'] or ''}" for o in rows))
 
 
+@cli.command(name="list")
+@workspace_option
+@json_option
+def list_attempts(workspace: str, as_json: bool) -> None:
+    """Every attempt and shard: state, effective outcome, job id, age (one squeue + one sacct at most)."""
+    from dd_slurm.bundle.stage import workspace_path
+    from dd_slurm.workspace import list_text, list_workspace
+
+    view = list_workspace(workspace_path(workspace), _commands(), _clock().wall())
+    click.echo(json.dumps(view, sort_keys=True) if as_json else list_text(view))  # compact: C encoder
+
+
 @cli.command()
 @click.argument("attempt_dir", type=click.Path())
 @json_option
 def cancel(attempt_dir: str, as_json: bool) -> None:
     """scancel the attempt's job and record the request."""
     from dd_slurm.control import cancel as do_cancel
+    from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
-    out = do_cancel(checked_dir(attempt_dir), _commands(), _clock())
+    if is_run_dir(attempt_dir):  # a run: one scancel of its array
+        from dd_slurm.runs_view import cancel_run as do_cancel  # type: ignore[assignment]
+    out = do_cancel(checked_dir(attempt_dir, runs=True), _commands(), _clock())
     emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}")
 
 
@@ -277,6 +320,15 @@ def _digests(attempt_dir: str, bundle_digest: str | None, plan_digest: str | Non
         return bundle_digest, plan_digest
     record = read_record(attempt_dir)
     return bundle_digest or record["bundle_digest"], plan_digest or record["plan_digest"]
+
+
+def _shard_or_self(attempt_dir: str) -> str:
+    """A run dir (an array's entrypoint passes one) means this task's shard, by SLURM_ARRAY_TASK_ID."""
+    import os
+
+    from dd_slurm.shards import select_shard
+
+    return str(select_shard(attempt_dir, os.environ))
 
 
 digest_options = [
@@ -301,8 +353,8 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
     from dd_slurm.runtime.run import run_attempt
     from dd_slurm.store.view import attempt_dir as checked_dir, attempt_summary
 
-    directory = checked_dir(attempt_dir)
-    attempt = run_attempt(directory, *_digests(attempt_dir, bundle_digest, plan_digest))
+    directory = checked_dir(_shard_or_self(attempt_dir))
+    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest))
     from dd_slurm.report import attempt_line
 
     emit(attempt_summary(directory), as_json, attempt_line)
@@ -320,8 +372,8 @@ def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan
     from dd_slurm.runtime.run import run_attempt
     from dd_slurm.store.view import attempt_dir as checked_dir
 
-    directory = checked_dir(attempt_dir)
-    attempt = run_attempt(directory, *_digests(attempt_dir, bundle_digest, plan_digest), until=until)
+    directory = checked_dir(_shard_or_self(attempt_dir))
+    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), until=until)
     click.echo(attempt.state)
 
 

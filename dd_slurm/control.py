@@ -26,6 +26,10 @@ def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock
     missing = [name for name in forwarded_names(plan) if name not in environ]
     if missing:
         raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
+    if plan.job.array is not None:
+        from dd_slurm.shards import submit_run
+
+        return submit_run(plan, workspace, commands, clock, {n: environ[n] for n in forwarded_names(plan)})
     staged = stage(plan, workspace, clock, commands.bin_dir)
     try:
         job_id = commands.submit(staged.script, staged.job_name, {n: environ[n] for n in forwarded_names(plan)})
@@ -53,8 +57,10 @@ def query(job_ids: list[str], commands: SlurmCommands, clock: Clock) -> list[Obs
 def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
     summary = attempt_summary(attempt_dir)
     record = read_record(attempt_dir)
-    return {"attempt": summary, "scheduler": observe_attempt(attempt_dir, record, commands, clock),
-            "readiness": read_json(attempt_dir / READINESS_NAME)}
+    scheduler = observe_attempt(attempt_dir, record, commands, clock)
+    if scheduler and scheduler["terminal"] and summary["state"] != "done":
+        summary = attempt_summary(attempt_dir)  # the job may have ended between reading disk and asking
+    return {"attempt": summary, "scheduler": scheduler, "readiness": read_json(attempt_dir / READINESS_NAME)}
 
 
 def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Clock) -> Optional[dict]:

@@ -22,6 +22,7 @@ from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps
 from dd_slurm.scheduler.render import interpreter
+from dd_slurm.shards import shard_of
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.attempt_record import read_record
 
@@ -33,12 +34,15 @@ class Session:
         self.attempt_id = self.dir.name
         self.workspace = self.dir.parent.parent
         self.bundle_digest, self.plan_digest = bundle_digest, plan_digest
-        self.bundle_dir = Path(read_record(self.dir)["bundle_dir"])
+        record = read_record(self.dir)
+        self.bundle_dir = Path(record["bundle_dir"])
+        self.shard = shard_of(record, environ)  # (index, count), validated; (0, 1) unless a shard
         self.results_dir = self.dir / "results"
         self.ambient = dict(environ)
         self.clock, self.gate, self.commands = clock, gate, commands
         self.table = ProcessTable(self.dir, clock)
-        self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / ENDPOINTS_NAME), str(self.results_dir))
+        self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / ENDPOINTS_NAME), str(self.results_dir),
+                             *self.shard)
         self.plan: Optional[Plan] = None
         self.alloc: Optional[Allocation] = None
         self.placement: tuple[Placed, ...] = ()

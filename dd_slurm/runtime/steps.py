@@ -69,6 +69,8 @@ class Layout:
     attempt_dir: str
     endpoints_file: str
     results_dir: str
+    shard_index: int = 0
+    num_shards: int = 1
 
 
 def step_env(env: Env, ambient: Mapping[str, str], layout: Layout, role: str) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -90,7 +92,8 @@ def passed_values(spec: StepSpec, ambient: Mapping[str, str], api_key: str, key_
 
 def common_values(layout: Layout) -> dict[str, str]:
     return {"endpoints_file": layout.endpoints_file, "results_dir": layout.results_dir,
-            "attempt_dir": layout.attempt_dir, "shard_index": "0", "num_shards": "1"}
+            "attempt_dir": layout.attempt_dir, "shard_index": str(layout.shard_index),
+            "num_shards": str(layout.num_shards)}
 
 
 def replica_steps(plan: Plan, dep: Deployment, placed: Placed, layout: Layout, ambient: Mapping[str, str],

@@ -29,6 +29,8 @@ class ScriptContext:
     bundle_digest: str
     plan_digest: str
     bin_dir: Optional[str] = None
+    array: Optional[str] = None  # `--array` (`0-5%2`) for a run of shards; attempt_dir is then the run dir
+    log_pattern: Optional[str] = None  # `--output`/`--error` when not the attempt's own logs dir
 
     @property
     def job_name(self) -> str:
@@ -57,7 +59,9 @@ def directives(plan: Plan, ctx: ScriptContext) -> list[tuple[str, Optional[str]]
         pairs.append(("--exclusive", None))
     if job.pre_timeout_signal_s > 0:
         pairs.append(("--signal", f"B:USR1@{job.pre_timeout_signal_s}"))
-    log = f"{ctx.attempt_dir.replace('%', '%%')}/{LOG_DIR}/batch-%j.out"  # %% is Slurm's literal %
+    if ctx.array is not None:
+        pairs.append(("--array", ctx.array))
+    log = ctx.log_pattern or f"{ctx.attempt_dir.replace('%', '%%')}/{LOG_DIR}/batch-%j.out"  # %% is Slurm's literal %
     pairs += [("--output", log), ("--error", log), ("--export", export_list(ctx, forwarded_names(plan))),
               ("--no-requeue", None)]
     return pairs
@@ -101,7 +105,8 @@ def render_script(plan: Plan, ctx: ScriptContext) -> str:
 
 
 def check_context(ctx: ScriptContext) -> None:
-    for name in ("attempt_id", "attempt_dir", "bundle_dir", "bundle_digest", "plan_digest", "bin_dir"):
+    for name in ("attempt_id", "attempt_dir", "bundle_dir", "bundle_digest", "plan_digest", "bin_dir", "array",
+                 "log_pattern"):
         value = getattr(ctx, name)
         if value is None:
             continue

@@ -21,12 +21,16 @@ SUPERVISOR_NAME = "supervisor.json"
 GATEWAY_STATS_NAME = "gateway-stats.json"
 
 
-def attempt_dir(path: str | Path) -> Path:
+def attempt_dir(path: str | Path, runs: bool = False) -> Path:
+    """An existing attempt dir; with `runs`, a run of shards' dir is accepted too."""
     directory = Path(path)
     if not directory.is_dir():
         raise AttemptDirError(f"{path}: not an attempt directory (it does not exist)")
     if not (directory / PLAN_NAME).is_file():
         raise AttemptDirError(f"{path}: not an attempt directory (no {PLAN_NAME})")
+    if not runs and (directory / "run.json").is_file():
+        raise AttemptDirError(f"{path}: a run of shards, not one attempt (status and cancel take it; "
+                              "otherwise name a shard: dd-slurm list)")
     return directory
 
 

@@ -21,6 +21,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code after writing")
     p.add_argument("--hang", action="store_true", help="never finish")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before doing anything")
+    p.add_argument("--tag", default=None, help="written into every record (e.g. {shard_index}/{num_shards})")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="variable holding the key to send, if set")
     return p.parse_args(argv)
 
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         for alias, url in sorted(endpoints.items()):
             for index in range(args.records):
                 text = chat(url, alias, f"record {index}", key)
-                out.write(json.dumps({"alias": alias, "index": index, "text": text}) + "\n")
+                record = {"alias": alias, "index": index, "text": text}
+                out.write(json.dumps(record if args.tag is None else {**record, "tag": args.tag}) + "\n")
     print(f"wrote {args.records * len(endpoints)} records", flush=True)
     return args.exit_code
 

@@ -50,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crash-after-requests", type=int, default=None)
     p.add_argument("--exit-code", type=int, default=1, help="exit code of a crash or a load failure")
     p.add_argument("--fail-loading", action="store_true", help="exit --exit-code at the end of loading")
+    p.add_argument("--fail-loading-if", default="", help="A=B: --fail-loading when A equals B ({shard_index}=3)")
     p.add_argument("--ignore-sigterm-s", type=float, default=0.0, help="after SIGTERM, keep running this long")
     p.add_argument("--never-healthy", action="store_true", help="keep loading forever")
     p.add_argument("--die-after-s", type=float, default=None, help="follower: exit --exit-code after this")
@@ -309,7 +310,8 @@ def main(argv: list[str] | None = None) -> None:
     time.sleep(args.load_time)
     while args.never_healthy:
         time.sleep(3600)
-    if args.fail_loading:
+    left, equals, right = args.fail_loading_if.partition("=")
+    if args.fail_loading or (equals and left == right):
         log("load failed")
         sys.exit(args.exit_code)
     server = ModelServer(args)

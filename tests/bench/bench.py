@@ -279,8 +279,10 @@ def main() -> int:
     ref = reference_python()
     with tempfile.TemporaryDirectory() as tmp:
         rows = parse_benchmarks(inputs(), ref, Path(tmp))
+    from tests.bench.scale import scale_benchmarks
+
     rows += [render_benchmark(), *calls_per_round(), *startup_benchmarks(ref), *lab_status_benchmarks(),
-             *runtime_benchmarks()]
+             *runtime_benchmarks(), *scale_benchmarks()]
     from tests.bench.bench_gateway import gateway_benchmarks
 
     rows += gateway_benchmarks(row)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ def main() -> int:
     rc_file, script, out = sys.argv[1:4]
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    signal.signal(signal.SIGTERM, lambda *_: None)  # scancel signals the group: outlive the script, report it
     with open(out, "ab") as log:
         rc = subprocess.call(["/bin/bash", script], stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
     with open(rc_file, "w") as handle:

@@ -20,6 +20,9 @@ class FakeSlurm:
         self.path = self.bin_dir / STATE_NAME
 
     def reset(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.bin_dir / "jobs", ignore_errors=True)  # exit codes of a previous life's job ids
         with self.edit() as state:
             state.clear()
             state.update({"next_id": 1000, "jobs": {}, "faults": {}, "calls": []})

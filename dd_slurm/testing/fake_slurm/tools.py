@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from dd_slurm.testing.fake_slurm import arrays
 from dd_slurm.testing.fake_slurm.state import FakeSlurm
 from dd_slurm.testing.sbatch_directives import read_directives
 
@@ -66,8 +67,15 @@ def sbatch(fake: FakeSlurm, argv: list[str]) -> int:
         job = {"id": job_id, "name": options.get("--job-name") or Path(args.script).name, "held": "--hold" in options,
                "array": options.get("--array"), "pid": None, "cancelled_by": None, "in_squeue": True,
                "in_sacct": True, "state": None, "reason": None, "exit": None}
+        if job["array"]:
+            job.update(tasks={}, options=options, script=str(Path(args.script).resolve()))
         state["jobs"][job_id] = job
-    if not job["held"] and not job["array"]:
+    if job["array"] and not job["held"]:
+        arrays.indices(job["array"])  # a malformed spec fails here, as sbatch would refuse it
+        environ = {**job_environment(options.get("--export"), os.environ), "SLURM_SUBMIT_DIR": os.getcwd(),
+                   "SLURM_JOB_NAME": options.get("--job-name") or ""}
+        arrays.start_driver(fake, job_id, environ, os.getcwd())
+    elif not job["held"] and not job["array"]:
         start_job(fake, job_id, args.script, options)
     print(job_id if args.parsable else f"Submitted batch job {job_id}")
     return 0
@@ -114,8 +122,7 @@ def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Opti
     """Run the script as slurmd would: in the submitting directory (the job's working directory),
     with its output where sbatch puts it (relative paths are relative to that directory)."""
     workdir = os.getcwd()
-    name = (options.get("--output") or "slurm-%j.out").replace("%%", "\0").replace("%j", job_id).replace("\0", "%")
-    out = os.path.join(workdir, name)
+    out = os.path.join(workdir, arrays.output_path(options.get("--output") or "slurm-%j.out", job_id))
     env = {**job_environment(options.get("--export"), os.environ), "SLURM_JOB_ID": job_id,
            "SLURM_JOB_NAME": options.get("--job-name") or "", "SLURM_SUBMIT_DIR": workdir, **allocation(options)}
     env.setdefault("PATH", "/usr/bin:/bin")
@@ -123,16 +130,22 @@ def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Opti
     rc_file.parent.mkdir(exist_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "dd_slurm.testing.fake_slurm.runjob", str(rc_file), script, out],
                             env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
-                            start_new_session=True, stdin=subprocess.DEVNULL, cwd=workdir)
+                            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=workdir)  # sbatch returns at once, like real sbatch
     fake.set_job(job_id, pid=proc.pid)
 
 
-FAKE_NODES = ("127.0.2.1", "127.0.2.2", "127.0.2.3")  # loopback addresses: they resolve everywhere
 
 
-def allocation(options: dict[str, Optional[str]]) -> dict[str, str]:
-    """The SLURM_* variables a batch script gets for its --nodes and --gres."""
-    nodes = FAKE_NODES[: int(options.get("--nodes") or 1)]
+def fake_node(index: int) -> str:
+    """Node k is 127.0.2.(k+1): any allocation up to 254 nodes, each with its own address."""
+    return f"127.0.2.{index % 254 + 1}"
+
+
+def allocation(options: dict[str, Optional[str]], first: int = 0) -> dict[str, str]:
+    """The SLURM_* variables a batch script gets for its --nodes and --gres; array task i starts
+    on node i, so tasks running side by side get different nodes."""
+    nodes = tuple(fake_node(first + k) for k in range(int(options.get("--nodes") or 1)))
     env = {"SLURM_JOB_NODELIST": ",".join(nodes), "SLURM_JOB_NUM_NODES": str(len(nodes)), "SLURMD_NODENAME": nodes[0]}
     gres = options.get("--gres") or ""
     if gres.startswith("gpu:"):
@@ -183,15 +196,21 @@ def squeue(fake: FakeSlurm, argv: list[str]) -> int:
     for job in jobs.values():
         if (wanted and job["id"] not in wanted) or (args.name and job["name"] != args.name) or not job["in_squeue"]:
             continue
-        state, reason, _ = derive(fake, job)
-        if state.split()[0] in TERMINAL and args.states != "all":
-            continue
-        fields = {"%i": _display_id(job), "%A": job["id"], "%T": state.split()[0], "%r": reason, "%j": job["name"]}
-        line = args.format
-        for token, value in fields.items():
-            line = line.replace(token, value)
-        print(line)
+        for display, state, reason, _ in _rows_of(fake, job):
+            if state.split()[0] in TERMINAL and args.states != "all":
+                continue
+            fields = {"%i": display, "%A": job["id"], "%T": state.split()[0], "%r": reason, "%j": job["name"]}
+            line = args.format
+            for token, value in fields.items():
+                line = line.replace(token, value)
+            print(line)
     return 0
+
+
+def _rows_of(fake: FakeSlurm, job: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    if job["array"] and "tasks" in job and not job["state"]:
+        return arrays.rows(fake, job, derive)
+    return [(_display_id(job), *derive(fake, job))]
 
 
 def sacct(fake: FakeSlurm, argv: list[str]) -> int:
@@ -206,14 +225,15 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
         job = jobs.get(job_id)
         if not job or not job["in_sacct"]:
             continue
-        state, _reason, exit_code = derive(fake, job)
-        if state == "PENDING" and not job["state"]:
-            continue  # real sacct has no record of a job that never started (fixtures/slurm/sacct-pending)
-        print("|".join([_display_id(job), state, exit_code, "None", job["name"]]))
-        if job["pid"]:
-            cancelled = state.startswith("CANCELLED")
-            step = ("CANCELLED", "0:15") if cancelled else (state, exit_code)
-            print("|".join([f"{job['id']}.batch", *step, "", "batch"]))
+        started = not job["array"] or any(t["pid"] for t in job.get("tasks", {}).values()) or job["state"]
+        for display, state, _reason, exit_code in _rows_of(fake, job):
+            if (state == "PENDING" and not job["state"]) or not started:
+                continue  # real sacct has no record of a job that never started (fixtures/slurm/sacct-pending)
+            print("|".join([display, state, exit_code, "None", job["name"]]))
+            if job["pid"] or (job["array"] and "[" not in display):
+                cancelled = state.startswith("CANCELLED")
+                step = ("CANCELLED", "0:15") if cancelled else (state, exit_code)
+                print("|".join([f"{display}.batch", *step, "", "batch"]))
     return 0
 
 
@@ -238,12 +258,23 @@ def scancel(fake: FakeSlurm, argv: list[str]) -> int:
                 print(f"scancel: error: Kill job error on job id {job_id}: Invalid job id specified", file=sys.stderr)
                 status = 1
                 continue
-            if not args.signal:
+            if not args.signal and not job["array"]:
                 job["cancelled_by"] = os.getuid()
-            pid = job["pid"]
-        if pid:
+            pids = [job["pid"]] if job["pid"] else []
+        if job["array"]:
+            pids = _cancel_array(fake, job, job_id, args.signal)
+        for pid in pids:
             _signal_group(pid, getattr(signal, f"SIG{args.signal}") if args.signal else signal.SIGTERM)
     return status
+
+
+def _cancel_array(fake: FakeSlurm, job: dict[str, Any], job_id: str, signal_name: Optional[str]) -> list[int]:
+    """Cancel the whole array (`A`) or one task (`A_i`); a signal only reaches running tasks."""
+    task = job_id.partition("_")[2] or None
+    if signal_name:
+        return [t["pid"] for key, t in job.get("tasks", {}).items() if t["pid"] and task in (None, key)
+                and arrays.derive_task(fake, job["id"], t)[0] == "RUNNING"]
+    return arrays.cancel(fake, job["id"], task, os.getuid())  # the array's driver starts what may start next
 
 
 def _signal_group(pid: int, signo: int) -> None:

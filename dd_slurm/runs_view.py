@@ -1,0 +1,93 @@
+"""Run-level `status` and `cancel`: a run of shards (runs/<run id>/) answered as one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from dd_slurm.errors import AttemptDirError
+from dd_slurm.store.atomic import sync_filesystem
+from dd_slurm.store.attempt_record import update_record
+from dd_slurm.workspace import effective, observe_entries, read_entry, reread_ended
+
+
+def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
+    """`status <run dir>`: every shard's status view, all observed in one round."""
+    from dd_slurm.shards import shard_dirs
+    from dd_slurm.store.run_record import read_run
+    from dd_slurm.store.view import READINESS_NAME, read_json
+
+    record = read_run(run_dir)
+    runs = {record["run_id"]: record}
+    entries = [read_entry(d, runs) for d in shard_dirs(run_dir)]
+    found = observe_entries(entries, commands, now)
+    entries = reread_ended(entries, found, runs)
+    shards = []
+    for entry in entries:
+        obs = found.get(entry.id)
+        shards.append({"shard": entry.shard["index"] if entry.shard else None,
+                       "attempt": {"id": entry.id, "dir": str(entry.dir), "state": entry.state,
+                                   "outcome": entry.outcome, "reason": entry.reason},
+                       "scheduler": obs, "readiness": read_json(entry.dir / READINESS_NAME),
+                       "effective": effective(entry, obs)})
+    run = {k: record.get(k) for k in ("run_id", "job_id", "num_shards", "max_concurrent", "submitted_at")}
+    return {"run": {**run, "dir": str(run_dir)}, "shards": shards}
+
+
+def run_status_text(view: dict[str, Any]) -> str:
+    run = view["run"]
+    lines = [f"run {run['run_id']}: {run['num_shards']} shards, array job {run['job_id'] or '(not submitted)'}"]
+    for shard in view["shards"]:
+        eff, obs = shard["effective"], shard["scheduler"]
+        line = f"  {shard['attempt']['id']}: {shard['attempt']['state']}"
+        if obs:
+            line += f" | job {obs['job_id']} {obs['state']}"
+        if eff:
+            line += f" => {eff['outcome']} ({eff['reason']})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def run_finished(view: dict[str, Any]) -> bool:
+    """Nothing left to watch: never submitted, or every shard's job is terminal."""
+    return all(s["scheduler"] is None or s["scheduler"].get("terminal") for s in view["shards"])
+
+
+def cancel_run(run_dir: Path, commands: Any, clock: Any) -> dict[str, Any]:
+    """One `scancel <array job id>`: running shards are cancelled, pending ones never start. The
+    request is recorded on the run and on every shard first."""
+    from dd_slurm.shards import shard_dirs
+    from dd_slurm.store.run_record import read_run, update_run
+
+    now, job_id = clock.wall(), read_run(run_dir).get("job_id")
+    if not job_id:
+        raise AttemptDirError(f"{run_dir}: never submitted, nothing to cancel")
+    with update_run(run_dir) as record:
+        record["cancel_requests"].append({"time": now})
+    shards = shard_dirs(run_dir)
+    for shard in shards:
+        with update_record(shard, durable=False) as fresh:
+            fresh["cancel_requests"].append({"time": now, "via": "run"})
+    sync_filesystem(Path(run_dir))
+    commands.cancel(job_id)
+    return {"attempt_dir": str(run_dir), "job_id": job_id, "cancel_requested": True,
+            "shards": [str(s) for s in shards]}
+
+
+def watch_run(run_dir: str, commands: Any, clock: Any, echo: Callable[[str], None], as_json: bool, watch: bool,
+              interval: float) -> Optional[int]:
+    """Print the run's status (again on every change with `watch`, until every shard's job
+    ended); with `watch`, the exit code: 0 if every shard succeeded, 4 otherwise."""
+    last = None
+    while True:
+        view = run_status(Path(run_dir), commands, clock.wall())
+        text = json.dumps(view, sort_keys=True, indent=None if watch else 1) if as_json else run_status_text(view)
+        if text != last:
+            echo(text)
+            last = text
+        if not watch:
+            return None
+        if run_finished(view):
+            return 0 if all((v["effective"] or {}).get("outcome") == "succeeded" for v in view["shards"]) else 4
+        clock.sleep(interval)
