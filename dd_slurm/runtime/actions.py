@@ -141,6 +141,7 @@ class RuntimeActions:
     def client_succeeded(self) -> bool:
         code = self._wait_exit("client", self.client_deadline, "client_timeout")
         if code != 0:
+            self._gateway_ended(wait_s=SETTLE_S)  # a stalled replica ends the gateway, then the client's requests
             raise AttemptFailure("client_failed", f"client exited {code}; see logs/client.log")
         return True
 
@@ -267,12 +268,8 @@ class RuntimeActions:
         its leader are both gone, the follower is the cause (the leader exits on losing a rank).
         A gateway that ended (a stalled replica, or itself) fails the attempt likewise."""
         exited = [n for n in self.started if self.s.table.poll(n) is not None]
-        gateway_code = self.s.table.poll(gateway_step.GATEWAY_STEP) if gateway_step.GATEWAY_STEP in self.s.table.procs \
-            else None
-        if gateway_code is not None and not exited:
-            self.s.gate.check()
-            raise gateway_step.exit_failure(self.s.dir, gateway_code)
         if not exited:
+            self._gateway_ended()
             return
         if not self.s.gate.received:  # scancel signals steps and batch at once: let ours land
             self.s.clock.sleep(SETTLE_S)
@@ -283,6 +280,15 @@ class RuntimeActions:
         reason = self._exit_reason(spec, self.readiness.state(spec.unit) == "ready")
         self.readiness.move(spec.unit, "failed", detail=f"{spec.name} exited {code}")
         raise AttemptFailure(reason, f"{spec.name} exited {code}; see logs/{spec.name}.log")
+
+    def _gateway_ended(self, wait_s: float = 0.0) -> None:
+        """Raise the gateway's failure if it has exited (waiting up to `wait_s` for it to)."""
+        if gateway_step.GATEWAY_STEP not in self.s.table.procs:
+            return
+        code = self.s.table.wait(gateway_step.GATEWAY_STEP, self.s.clock.monotonic() + wait_s)
+        if code is not None:
+            self.s.gate.check()
+            raise gateway_step.exit_failure(self.s.dir, code)
 
     def _exit_reason(self, spec: StepSpec, ready: bool) -> str:
         record = self.s.runner.started(spec.name)
