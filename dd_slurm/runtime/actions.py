@@ -41,6 +41,7 @@ class RuntimeActions:
         verify.check_hosts(s.alloc.nodes)
         verify.check_paths(s.workspace, s.dir, s.results_dir, s.dir / "logs")
         s.prepare()
+        s.gate.check()
         answers, problem = s.runner.on_nodes(s.alloc.nodes, ["_probe", str(s.write_probe_request())], "probe", 60,
                                              role="probe", gres_gpus=s.plan.job.gpus_per_node)
         if problem and not answers:
@@ -54,6 +55,7 @@ class RuntimeActions:
     def launch_preflight(self) -> None:
         self.s.prepare()
         self.ensure_readiness()
+        self.s.gate.check()
         if self.s.plan.client.preflight_argv:
             self.s.runner.start(client_step(self.s.plan, self.s.alloc.batch_node, self.s.layout, self.s.ambient, True))
 
@@ -70,6 +72,7 @@ class RuntimeActions:
         s = self.s
         for dep in s.plan.deployments:
             for spec in deployment_steps(s.plan, dep, s.placement[dep.name], s.layout, s.ambient):
+                s.gate.check()
                 s.runner.start(spec)
                 self.started[spec.name] = spec
             self.deadlines[dep.name] = s.clock.monotonic() + dep.ready_timeout_s
@@ -96,6 +99,7 @@ class RuntimeActions:
                                          outcome="timed_out")
             if waiting:
                 s.clock.sleep(POLL_S)
+        s.gate.check()
         return True
 
     def publish_endpoints(self) -> None:
@@ -105,6 +109,7 @@ class RuntimeActions:
     # ready -> client -> finalize
     def launch_client(self) -> None:
         s = self.s
+        s.gate.check()
         s.runner.start(client_step(s.plan, s.alloc.batch_node, s.layout, s.ambient, False))
         if s.plan.client.timeout_s:
             self.client_deadline = s.clock.monotonic() + s.plan.client.timeout_s

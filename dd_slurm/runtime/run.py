@@ -16,6 +16,7 @@ from dd_slurm.runtime.actions import RuntimeActions
 from dd_slurm.runtime.session import Session
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.runtime.supervision import Holder, SupervisionRefused, SupervisorLock, job_live_via
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store.atomic import write_json_atomic
 
@@ -23,13 +24,42 @@ SUPERVISOR_NAME = "supervisor.json"
 
 # States whose processes belonged to a supervisor that is gone: they cannot be adopted.
 UNSUPERVISED = ("preflight", "deploying", "ready", "client", "finalize")
+# Where `advance --until` may stop: no process of the attempt runs in these states.
+SAFE_STOPS = ("verified", "cleanup", "done")
+
+
+def check_may_supervise(environ: Mapping[str, str], until: Optional[str]) -> None:
+    """Refusals that leave the attempt untouched (exit 2): outside an allocation, or an --until
+    that would leave the attempt's processes running with nobody supervising them."""
+    if not environ.get("SLURM_JOB_ID") or not (environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")):
+        raise SupervisionRefused("not inside a Slurm allocation (SLURM_JOB_ID/SLURM_JOB_NODELIST unset): the "
+                                 "attempt is supervised only from its job; nothing was changed")
+    if until is not None and until not in SAFE_STOPS:
+        raise SupervisionRefused(f"--until {until}: the attempt's processes would keep running with no supervisor; "
+                                 f"stop at one of {', '.join(SAFE_STOPS)}")
 
 
 def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
-                environ: Mapping[str, str] = os.environ) -> Attempt:
-    clock = Clock()
-    gate = SignalGate().install()
-    commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
+                environ: Mapping[str, str] = os.environ, early_signals: Optional[list[int]] = None,
+                command: str = "run") -> Attempt:
+    gate = SignalGate(early_signals).install()
+    try:
+        check_may_supervise(environ, until)
+        clock = Clock()
+        commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
+        lock = SupervisorLock(Path(attempt_dir), Holder.me(command, environ), job_live_via(
+            lambda job: _observe(job, commands, clock)))
+        lock.acquire()
+        try:
+            return _supervise(attempt_dir, bundle_digest, plan_digest, until, environ, clock, gate, commands)
+        finally:
+            lock.release()
+    finally:
+        gate.uninstall()
+
+
+def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str],
+               environ: Mapping[str, str], clock: Clock, gate: SignalGate, commands: SlurmCommands) -> Attempt:
     session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
     write_supervisor_record(session.dir, "running")
     try:
@@ -42,8 +72,13 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
             attempt.fire(T.FAILURE_TRIGGER, reason=reason)
         return attempt
     finally:
-        gate.uninstall()
         write_supervisor_record(session.dir, "exited")
+
+
+def _observe(job_id: str, commands: SlurmCommands, clock: Clock):
+    from dd_slurm.control import query  # only when a lock holder on another machine must be checked
+
+    return next(iter(query([job_id], commands, clock)), None)
 
 
 def process_started_wall(pid: int) -> Optional[float]:

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Mapping, Optional
 
+from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.clock import Clock
 from dd_slurm.errors import DdSlurmError, VerificationError
 from dd_slurm.plan import Plan
@@ -53,7 +54,7 @@ class Session:
             self.alloc = Allocation.from_environ(self.ambient)
         self.place()
         self.runner = StepRunner(self.table, self.clock, self.dir, self.srun(), self.alloc.job_id,
-                                 interpreter(self.plan.runtime.python, str(self.dir)),
+                                 interpreter(self.plan.runtime.python, entry_sha256(), self.bundle_digest),
                                  str(self.bundle_dir / "entry.py"), self.srun_env())
 
     def place(self) -> None:

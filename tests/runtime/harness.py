@@ -65,6 +65,16 @@ def run(tmp_path: Path, fake_slurm, data: dict, nodes: Optional[tuple[str, ...]]
     return attempt, staged
 
 
+def supervisor_argv(staged, data: dict) -> list[str]:
+    """The exec line of the attempt's rendered script: the boot, entry.py, `run`."""
+    from dd_slurm.bundle.manifest import entry_sha256
+    from dd_slurm.scheduler.render import ScriptContext, exec_argv
+
+    ctx = ScriptContext(staged.attempt_id, str(staged.attempt_dir), str(staged.bundle_dir), staged.bundle_digest,
+                        staged.plan_digest, entry_sha256=entry_sha256())
+    return exec_argv(parse_plan(json.dumps(data)), ctx)
+
+
 def journal(attempt_dir: Path) -> list[tuple[str, str, Optional[str]]]:
     lines = (attempt_dir / "journal.jsonl").read_text().splitlines()
     return [(e["from"], e["to"], e.get("reason")) for e in map(json.loads, lines) if e["kind"] == "transition"]

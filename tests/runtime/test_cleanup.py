@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 
+from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.launch import StepRunner
@@ -21,7 +22,7 @@ def _setup(tmp_path, fake_slurm):
     clock = Clock()
     table = ProcessTable(staged.attempt_dir, clock)
     runner = StepRunner(table, clock, staged.attempt_dir, str(fake_slurm.bin_dir / "srun"), "4242",
-                        interpreter("/usr/bin/python3", str(staged.attempt_dir)), str(staged.bundle_dir / "entry.py"),
+                        interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest), str(staged.bundle_dir / "entry.py"),
                         {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})
     env = {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id, "DD_SLURM_ROLE": "server"}
     table.spawn("server", [sys.executable, "-c", "import time; time.sleep(60)"], env, staged.attempt_dir / "logs" / "s.log")
