@@ -8,6 +8,7 @@ from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import verify
+from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import ENDPOINTS_NAME, endpoint_map, publish
@@ -136,7 +137,7 @@ class RuntimeActions:
         grace = s.plan.runtime.cleanup_grace_s if s.plan else 10.0
         nodes = s.alloc.nodes if s.alloc else ()
         Cleanup(s.dir, s.table, s.runner, s.clock, grace, nodes, s.attempt_id, s.signal_step,
-                self._finish_readiness).run(phases, outcome, reason)
+                self._finish_readiness, budget_for(s, reason, grace)).run(phases, outcome, reason)
 
     # helpers
     def ensure_readiness(self) -> None:

@@ -13,6 +13,7 @@ from dd_slurm.machine import table as T
 from dd_slurm.machine.attempt import Attempt
 from dd_slurm.machine.journal import Journal
 from dd_slurm.runtime.actions import RuntimeActions
+from dd_slurm.runtime.budget import JobFacts
 from dd_slurm.runtime.session import Session
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import start_time
@@ -61,6 +62,7 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
 def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str],
                environ: Mapping[str, str], clock: Clock, gate: SignalGate, commands: SlurmCommands) -> Attempt:
     session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
+    session.job_facts = JobFacts(environ, commands.bounded(10.0), environ.get("SLURM_JOB_ID", ""))
     write_supervisor_record(session.dir, "running")
     try:
         attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))

@@ -97,13 +97,15 @@ class Session:
                          "base_url": f"http://{self.placement[d.name].leader}:{d.port}/v1"}
                 for d in self.plan.deployments}
 
-    def signal_step(self, name: str, signal_name: str) -> bool:
-        """Signal a step's task through Slurm (scancel --signal); False if the step never started."""
+    def signal_step(self, name: str, signal_name: str, timeout_s: Optional[float] = None) -> bool:
+        """Signal a step's task through Slurm (scancel --signal); False if the step never started.
+        `timeout_s` bounds the call (one try), for cleanup's budget."""
         record = self.runner.started(name) if self.runner else None
         if not (record and record.get("step_id") and record.get("job_id")):
             return False
+        commands = self.commands.bounded(timeout_s) if timeout_s is not None else self.commands
         try:
-            self.commands.cancel(f"{record['job_id']}.{record['step_id']}", signal=signal_name)
+            commands.cancel(f"{record['job_id']}.{record['step_id']}", signal=signal_name)
         except DdSlurmError:
             return False
         return True

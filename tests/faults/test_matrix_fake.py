@@ -74,5 +74,5 @@ def test_cleanup_called_twice_does_nothing_new(tmp_path, fake_slurm) -> None:
     first = json.loads((staged.attempt_dir / "cleanup.json").read_text())
     table = ProcessTable(staged.attempt_dir, Clock())
     again = Cleanup(staged.attempt_dir, table, None, Clock(), 1.0, (), staged.attempt_id,
-                    lambda name, sig: False, lambda: None).run([["client"], ["deploy-small-0"]], "failed", "again")
+                    lambda name, sig, timeout_s=None: False, lambda: None).run([["client"], ["deploy-small-0"]], "failed", "again")
     assert (first["runs"] + 1, "clean", []) == (again["runs"], again["verdict"], again["processes"])

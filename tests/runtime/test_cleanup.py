@@ -29,7 +29,7 @@ def _setup(tmp_path, fake_slurm):
     return staged, clock, table, runner
 
 
-def _cleanup(staged, clock, table, runner, signal_step=lambda name, sig: False):
+def _cleanup(staged, clock, table, runner, signal_step=lambda name, sig, timeout_s=None: False):
     return Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id, signal_step, lambda: None)
 
 
@@ -38,7 +38,7 @@ def test_a_process_that_cannot_be_signalled_is_recorded_and_cleared_by_the_scan(
     group itself, finishes the scan, and leaves nothing running."""
     staged, clock, table, runner = _setup(tmp_path, fake_slurm)
 
-    def refuse(name, sig):
+    def refuse(name, sig, timeout_s=None):
         raise PermissionError(f"scancel refused {sig} for {name}")
 
     report = _cleanup(staged, clock, table, runner, refuse).run([["server"]], "failed", "test")
@@ -55,7 +55,7 @@ def test_a_node_that_does_not_answer_is_recorded(tmp_path, fake_slurm) -> None:
                          stderr="srun: error: Task launch for StepId=4242.3 failed on node n2: Communication connection failure\n")
     finished = []
     report = Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id,
-                     lambda n, s: False, lambda: finished.append(True)).run([["server"]], "failed", "test")
+                     lambda n, s, timeout_s=None: False, lambda: finished.append(True)).run([["server"]], "failed", "test")
     assert any("Communication connection failure" in p for p in report["problems"])
     assert ([True], "attention") == (finished, report["verdict"])
     assert json.loads((staged.attempt_dir / "cleanup.json").read_text())["problems"] == report["problems"]
