@@ -146,7 +146,9 @@ def fire(trial: Trial) -> bool:
 
 def run_trial(trial: Trial, tmp: Path, rng_seed: int) -> Trial:
     rng = random.Random(rng_seed)
-    trial.attempt_dir, trial.job_id = submit(tmp / f"t{trial.index}", soak_plan(rng), f"soak{trial.index}-{trial.fault}")
+    (tmp / f"t{trial.index}").mkdir(parents=True)
+    name = f"soak{trial.index}-{trial.fault.replace('_', '-')}"
+    trial.attempt_dir, trial.job_id = submit(tmp / f"t{trial.index}", soak_plan(rng), name)
     if trial.fault != "none":
         _wait_for(trial.attempt_dir, trial.moment)
         time.sleep(trial.delay_s)
