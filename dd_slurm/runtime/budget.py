@@ -1,6 +1,7 @@
 """Cleanup's one deadline: from the job's end time (SLURM_JOB_END_TIME, else `scontrol show job`),
 Slurm's KillWait (`scontrol show config`) and the plan's grace. Both scontrol answers are fetched
-once, in the background, while the supervisor starts; cleanup never waits for them."""
+once, in the background, a little after the supervisor started (off the start-up's critical
+path); cleanup never waits for them and falls back when they have not arrived."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def parse_killwait(text: str) -> Optional[float]:
 class JobFacts:
     """End time and KillWait of this job, fetched once in a daemon thread."""
 
-    def __init__(self, environ: Mapping[str, str], commands: object, job_id: str) -> None:
+    def __init__(self, environ: Mapping[str, str], commands: object, job_id: str, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
         self.end_time: Optional[float] = None
         self.end_source = "unknown"
         self.killwait: Optional[float] = None
@@ -44,6 +46,7 @@ class JobFacts:
         self._thread.start()
 
     def _fetch(self, commands: object, job_id: str) -> None:
+        time.sleep(self.delay_s)
         try:
             if self.end_time is None:
                 end = parse_end_time(commands.show("job", job_id))  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ SUPERVISOR_NAME = "supervisor.json"
 UNSUPERVISED = ("preflight", "deploying", "ready", "client", "finalize")
 # Where `advance --until` may stop: no process of the attempt runs in these states.
 SAFE_STOPS = ("verified", "cleanup", "done")
+FACTS_DELAY_S = 1.5  # the job's end time and KillWait are fetched once start-up is under way
 
 
 def check_may_supervise(environ: Mapping[str, str], until: Optional[str]) -> None:
@@ -62,7 +63,8 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
 def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str],
                environ: Mapping[str, str], clock: Clock, gate: SignalGate, commands: SlurmCommands) -> Attempt:
     session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
-    session.job_facts = JobFacts(environ, commands.bounded(10.0), environ.get("SLURM_JOB_ID", ""))
+    session.job_facts = JobFacts(environ, commands.bounded(10.0), environ.get("SLURM_JOB_ID", ""),
+                                 FACTS_DELAY_S)
     write_supervisor_record(session.dir, "running")
     try:
         attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
