@@ -38,6 +38,7 @@ class Cleanup:
         self.table, self.runner, self.clock, self.grace_s = table, runner, clock, grace_s
         self.nodes, self.attempt_id = nodes, attempt_id
         self.signal_step, self.finish_readiness = signal_step, finish_readiness
+        self._table_lock = threading.Lock()
         self.budget = budget or Budget(clock.monotonic() + grace_s + STOP_ALLOWANCE_S, grace_s + STOP_ALLOWANCE_S,
                                        "default: grace + allowance")
 
@@ -97,13 +98,22 @@ class Cleanup:
         try:
             self._signal(name, "KILL")
         finally:
-            self.table.signal_group(name, signal.SIGKILL)
-            self.table.wait(name, self.clock.monotonic() + min(KILL_WAIT_S, self.left()))
+            with self._table_lock:
+                self.table.signal_group(name, signal.SIGKILL)
+            deadline = self.clock.monotonic() + min(KILL_WAIT_S, self.left())
+            while self._poll(name) is None and self.clock.monotonic() < deadline:
+                self.clock.sleep(0.02)
 
     def _term(self, name: str) -> None:
-        if not self._signal(name, "TERM"):
-            self.table.signal_group(name, signal.SIGTERM)
-        self.table.procs[name].stop = "sigterm"
+        signalled = self._signal(name, "TERM")
+        with self._table_lock:  # the table (and its processes.json) is not for concurrent hands
+            if not signalled:
+                self.table.signal_group(name, signal.SIGTERM)
+            self.table.procs[name].stop = "sigterm"
+
+    def _poll(self, name: str) -> Optional[int]:
+        with self._table_lock:
+            return self.table.poll(name)
 
     def _record(self, report: dict) -> None:
         """Before anything is stopped: each node records its steps' process trees and sessions,
