@@ -114,7 +114,7 @@ def _record_refusal(attempt_dir: str, problem: str) -> None:
         report = {"runs": 1, "outcome": "failed", "reason": "bundle_checksum", "processes": [], "problems": [],
                   "leftovers_found": [], "leftovers_killed": [], "leftovers_after": [], "methods": {},
                   "notes": ["the bundle failed verification: nothing of it ran and nothing was started"],
-                  "verdict": "clean", "seconds": 0.0}
+                  "verdict": "clean", "seconds": 0.0, "finished": True}
         _write(os.path.join(attempt_dir, "cleanup.json"), json.dumps(report, indent=1, sort_keys=True) + "\n")
         _write(journal, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     finally:

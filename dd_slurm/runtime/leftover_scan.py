@@ -222,8 +222,18 @@ def _drop_not_ours(found: dict, table: dict[int, dict]) -> None:
         if pid in mine or info is None or info["comm"].startswith("slurm") or pid == 1:
             del found[pid]
             continue
-        if not found[pid]["cmdline"] or found[pid]["role"] in SKIP_ROLES:
+        if not found[pid]["cmdline"] or (found[pid]["role"] or _role(pid)) in SKIP_ROLES:
             del found[pid]
+
+
+def _role(pid: int) -> str:
+    """DD_SLURM_ROLE of a process found by tree, session or cgroup (the supervisor and scans are not leftovers)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    return next((v[len(b"DD_SLURM_ROLE="):].decode(errors="replace") for v in environ
+                 if v.startswith(b"DD_SLURM_ROLE=")), "")
 
 
 def scan_command(args: list[str]) -> int:
