@@ -27,7 +27,9 @@ import sys  # noqa: E402
 MANIFEST_NAME = "manifest.json"
 FORMAT = 2
 EXIT_UNVERIFIED = 4
-NODE_PACKAGE = "lib/dd_slurm/"
+# What on-node commands (_step, _probe, _scan) import from the bundle: all they verify, all they may import.
+NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.stepexec", "dd_slurm.runtime.leftover_scan",
+                "dd_slurm.store", "dd_slurm.store.atomic")
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -53,10 +55,22 @@ def _shape_problem(manifest: object) -> str:
     return ""
 
 
-def verify(bundle_dir: str, expected_digest: str = "", under: str = "") -> list:
+def module_files(modules: tuple) -> set:
+    """Bundle-relative source and bytecode paths of modules (packages as their __init__)."""
+    files = set()
+    for name in modules:
+        parts = name.split(".")
+        package = name in ("dd_slurm", "dd_slurm.runtime", "dd_slurm.store")
+        directory = "/".join(["lib", *parts]) if package else "/".join(["lib", *parts[:-1]])
+        stem = "__init__" if package else parts[-1]
+        files |= {f"{directory}/{stem}.py", f"{directory}/__pycache__/{stem}.{sys.implementation.cache_tag}.pyc"}
+    return files
+
+
+def verify(bundle_dir: str, expected_digest: str = "", only: frozenset = frozenset()) -> list:
     """Problems found (empty when intact): the manifest's digest against its contents and the
     expected digest, every listed file's sha256, and no file that the manifest does not list.
-    `under` limits the file checks to one subtree (and entry.py)."""
+    `only`: check just these files (and that none of them exists unlisted)."""
     try:
         with open(os.path.join(bundle_dir, MANIFEST_NAME), "rb") as handle:
             manifest = json.loads(handle.read())
@@ -71,7 +85,7 @@ def verify(bundle_dir: str, expected_digest: str = "", under: str = "") -> list:
     if expected_digest and manifest.get("digest") != expected_digest:
         problems.append(f"{MANIFEST_NAME}: digest {manifest.get('digest')} is not the expected {expected_digest}")
     for rel, digest in manifest["files"].items():
-        if under and not rel.startswith(under) and rel != "entry.py":
+        if only and rel not in only:
             continue
         try:
             with open(os.path.join(bundle_dir, rel), "rb") as handle:
@@ -82,12 +96,27 @@ def verify(bundle_dir: str, expected_digest: str = "", under: str = "") -> list:
         if actual != digest:
             problems.append(f"{rel}: checksum mismatch")
     listed = set(manifest["files"]) | {MANIFEST_NAME}
-    for root, _dirs, names in os.walk(os.path.join(bundle_dir, under) if under else bundle_dir):
+    if only:
+        return problems + [f"{rel}: not in the manifest" for rel in sorted(only - listed)
+                           if os.path.exists(os.path.join(bundle_dir, rel))]
+    for root, _dirs, names in os.walk(bundle_dir):
         for name in names:
             rel = os.path.relpath(os.path.join(root, name), bundle_dir)
             if rel not in listed:
                 problems.append(f"{rel}: not in the manifest")
     return problems
+
+
+class OnlyVerified:
+    """An import hook for on-node commands: no dd_slurm module beyond the verified ones loads."""
+
+    def __init__(self, allowed: tuple) -> None:
+        self.allowed = allowed
+
+    def find_spec(self, name: str, _path: object = None, _target: object = None) -> None:
+        if (name == "dd_slurm" or name.startswith("dd_slurm.")) and name not in self.allowed:
+            raise ImportError(f"{name} is not verified for on-node commands (see entry.NODE_MODULES)")
+        return None
 
 
 def _record_refusal(attempt_dir: str, problem: str) -> None:
@@ -142,9 +171,9 @@ def main(argv: list) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     expected = _expected_digest(argv)
     node_command = len(argv) > 1 and argv[1].startswith("_")
-    # On-node commands import only dd_slurm's standard-library modules: the manifest and that package.
-    problems = verify(here, expected, NODE_PACKAGE if node_command else "") if expected else [
-        "no expected bundle digest was given"]
+    # On-node commands verify the manifest and the few modules they may import (and import no other).
+    only = frozenset(module_files(NODE_MODULES)) if node_command else frozenset()
+    problems = verify(here, expected, only) if expected else ["no expected bundle digest was given"]
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         message = f"bundle {here}: {problems[0]}{more}"
@@ -154,6 +183,7 @@ def main(argv: list) -> int:
         return EXIT_UNVERIFIED
     sys.path.insert(0, os.path.join(here, "lib"))
     if node_command:
+        sys.meta_path.insert(0, OnlyVerified(NODE_MODULES))
         from dd_slurm.runtime.stepexec import main as node_main
 
         return node_main(argv[1:])
