@@ -242,6 +242,11 @@ def _safe(trial: Trial, tmp: Path, seed: int) -> Trial:
 def summary(done: list[Trial], left: list[dict], seed: int) -> str:
     agreed = sum(1 for t in done if not t.problems)
     lines = [f"soak: {agreed}/{len(done)} attempts agreed with what happened; {len(left)} processes left; seed {seed}"]
+    tally: dict[str, int] = {}
+    for t in done:
+        key = f"{t.fault}->{(t.effective or {}).get('outcome')}/{(t.effective or {}).get('reason')}"
+        tally[key] = tally.get(key, 0) + 1
+    lines.append("  " + ", ".join(f"{k} x{n}" for k, n in sorted(tally.items())))
     for t in done:
         if t.problems:
             lines.append(f"  #{t.index} {t.fault}@{t.moment}+{t.delay_s}s {t.attempt_dir}: {'; '.join(t.problems)}")
