@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dd_slurm.runtime.budget import cleanup_budget, parse_end_time, parse_killwait
-from tests.runtime.harness import journal, no_leftovers, outcome, plan_data, read, run
+from tests.runtime.harness import no_leftovers, outcome, plan_data, read, run
 
 BUDGETS = [  # (reason, grace, end time from now, KillWait, expected seconds)
     ("sigterm", 5, None, 5.0, 4.0),  # scancel / time limit: KillWait is what is left
