@@ -84,7 +84,12 @@ def verify(bundle_dir: str, expected_digest: str = "", only: frozenset = frozens
         problems.append(f"{MANIFEST_NAME}: digest does not match its contents")
     if expected_digest and manifest.get("digest") != expected_digest:
         problems.append(f"{MANIFEST_NAME}: digest {manifest.get('digest')} is not the expected {expected_digest}")
-    for rel, digest in manifest["files"].items():
+    return problems + _file_problems(bundle_dir, manifest["files"], only)
+
+
+def _file_problems(bundle_dir: str, files: dict, only: frozenset) -> list:
+    problems = []
+    for rel, digest in files.items():
         if only and rel not in only:
             continue
         try:
@@ -95,7 +100,7 @@ def verify(bundle_dir: str, expected_digest: str = "", only: frozenset = frozens
             continue
         if actual != digest:
             problems.append(f"{rel}: checksum mismatch")
-    listed = set(manifest["files"]) | {MANIFEST_NAME}
+    listed = set(files) | {MANIFEST_NAME}
     if only:
         return problems + [f"{rel}: not in the manifest" for rel in sorted(only - listed)
                            if os.path.exists(os.path.join(bundle_dir, rel))]
