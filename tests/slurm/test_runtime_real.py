@@ -140,7 +140,7 @@ def test_a_second_supervisor_is_refused_on_the_real_cluster(tmp_path) -> None:
 
 @pytest.mark.timeout(180)
 def test_an_escaped_daemon_is_found_and_killed_on_the_real_cluster(tmp_path) -> None:
-    """A server on n1 double-forks `setsid env -i sleep 1000`. The launcher made the server a child
+    """A server double-forks `setsid env -i sleep 1000`. The launcher made the server a child
     subreaper, so the daemon stays in the step's process tree: it is recorded there before the
     stop, and dies with its step (Slurm's linuxproc signals the tree) or by the scan; nothing is left."""
     from tests.runtime.test_cleanup_budget import ESCAPING_SERVER, WRITE_THREE, _alive
@@ -154,11 +154,12 @@ def test_an_escaped_daemon_is_found_and_killed_on_the_real_cluster(tmp_path) -> 
     pid = int((attempt_dir / "escaped.pid").read_text())
     try:
         report = read(attempt_dir, "cleanup.json")
-        recorded = [p["pid"] for p in read(attempt_dir, "steps/tree-n1.json")["tree"]]
+        node = read(attempt_dir, "steps/deploy-small-0.started.json")["node"]  # whichever node Slurm gave
+        recorded = [p["pid"] for p in read(attempt_dir, f"steps/tree-{node}.json")["tree"]]
         found = {p["pid"]: p for p in report["leftovers_found"]}
         assert (("succeeded", "ok"), False, True) == (outcome(attempt_dir), _alive(pid), pid in recorded)
         assert pid not in found or "process_tree" in found[pid]["seen_by"]
-        assert ("clean", "ran") == (report["verdict"], report["methods"]["n1"]["process_tree"])
+        assert ("clean", "ran") == (report["verdict"], report["methods"][node]["process_tree"])
     finally:
         if _alive(pid):
             os.kill(pid, 9)
