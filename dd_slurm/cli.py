@@ -158,23 +158,28 @@ def render(plan: str, workspace: str) -> None:
     """Print the batch script that `submit` would submit for PLAN (nothing is written)."""
     import os
 
-    from dd_slurm.bundle.manifest import planned_manifest
+    from dd_slurm.bundle.manifest import entry_sha256, planned_manifest, planned_sources, read_manifest
     from dd_slurm.bundle.stage import new_attempt_id, workspace_path
     from dd_slurm.plan import load_plan, plan_digest
     from dd_slurm.scheduler.render import ScriptContext, render_script
 
     loaded = load_plan(plan)
     ws = workspace_path(workspace)
-    digest = planned_manifest()[0]["digest"]
+    sources = planned_sources()[0]
+    bundle = ws / "bundles" / sources
+    try:  # the bundle staging would reuse, or the one it would publish
+        digest = read_manifest(bundle)["digest"]
+    except (OSError, ValueError, KeyError):
+        digest = planned_manifest()["digest"]
     attempt_id = new_attempt_id(loaded, _clock())
     if loaded.job.array is not None:
         from dd_slurm.shards import render_run
 
         bin_dir = os.environ.get("DD_SLURM_BIN_DIR") or None
-        click.echo(render_run(loaded, ws, attempt_id, ws / "bundles" / digest, digest, bin_dir), nl=False)
+        click.echo(render_run(loaded, ws, attempt_id, bundle, digest, bin_dir), nl=False)
         return
-    ctx = ScriptContext(attempt_id, str(ws / "attempts" / attempt_id), str(ws / "bundles" / digest), digest,
-                        plan_digest(loaded), os.environ.get("DD_SLURM_BIN_DIR") or None)
+    ctx = ScriptContext(attempt_id, str(ws / "attempts" / attempt_id), str(bundle), digest,
+                        plan_digest(loaded), os.environ.get("DD_SLURM_BIN_DIR") or None, entry_sha256=entry_sha256())
     click.echo(render_script(loaded, ctx), nl=False)
 
 
@@ -354,7 +359,8 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
     from dd_slurm.store.view import attempt_dir as checked_dir, attempt_summary
 
     directory = checked_dir(_shard_or_self(attempt_dir))
-    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest))
+    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest),
+                          early_signals=_early_signals())
     from dd_slurm.report import attempt_line
 
     emit(attempt_summary(directory), as_json, attempt_line)
@@ -365,7 +371,8 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
 @click.argument("attempt_dir", type=click.Path())
 @click.option("--until", "until", type=click.Choice(
     list(UNTIL_STATES)),
-    help="Stop on reaching this state (default: run to done).")
+    help="Stop on reaching this state (default: run to done); only verified, cleanup or done, where no "
+         "process of the attempt is left running without a supervisor.")
 @_with_digests
 def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan_digest: str | None) -> None:
     """Run the next transition(s) only, in this process."""
@@ -373,13 +380,21 @@ def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory = checked_dir(_shard_or_self(attempt_dir))
-    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), until=until)
+    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), until=until,
+                          early_signals=_early_signals(), command="advance")
     click.echo(attempt.state)
 
 
-def main() -> None:
+def _early_signals() -> list[int] | None:
+    """Signals the bundle's entry point recorded before the CLI was imported (see main)."""
+    ctx = click.get_current_context()
+    return (ctx.obj or {}).get("early_signals")
+
+
+def main(early_signals: list[int] | None = None) -> None:
+    """The console script; the bundle's entry.py passes the list its signal handlers record into."""
     try:
-        cli.main(standalone_mode=False)
+        cli.main(standalone_mode=False, obj={"early_signals": early_signals})
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.UsageError as err:  # one line and a hint, not click's four

@@ -51,8 +51,11 @@ def run_context(plan: Plan, ws: Path, run_id: str, bundle_dir: Path, bundle_dige
     batch log goes to its own shard's logs dir (`%4a` is Slurm's zero-padded task id)."""
     count = plan.job.shards
     log = f"{ws}/attempts/{run_id}-s%{shard_width(count)}a/{LOG_DIR}/batch-%A_%a.out"
+    from dd_slurm.bundle.manifest import entry_sha256
+
     return ScriptContext(run_id, str(ws / RUNS_DIR / run_id), str(bundle_dir), bundle_digest, plan_digest(plan),
-                         bin_dir, array=array_spec(count, plan.job.array.max_concurrent), log_pattern=log)
+                         bin_dir, array=array_spec(count, plan.job.array.max_concurrent), log_pattern=log,
+                         entry_sha256=entry_sha256())
 
 
 def render_run(plan: Plan, ws: Path, run_id: str, bundle_dir: Path, bundle_digest: str,

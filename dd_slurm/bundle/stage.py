@@ -11,7 +11,8 @@ from typing import Optional
 
 import attrs
 
-from dd_slurm.bundle.manifest import MANIFEST_NAME, planned_manifest, verify_bundle
+from dd_slurm.bundle.manifest import (MANIFEST_NAME, compile_bytecode, entry_sha256, manifest_of, planned_sources,
+                                      read_manifest, verify_bundle, write_files)
 from dd_slurm.clock import Clock
 from dd_slurm.errors import InvalidInput
 from dd_slurm.fields import control_char
@@ -51,42 +52,54 @@ def new_attempt_id(plan: Plan, clock: Clock) -> str:
 
 
 def ensure_bundle(workspace: Path) -> tuple[str, Path]:
-    """Publish the bundle under bundles/<digest>/ unless an intact one is there already."""
-    manifest, sources = planned_manifest()
-    digest = manifest["digest"]
-    final = workspace / "bundles" / digest
+    """Publish the bundle under bundles/<sources digest>/ unless an intact one is there already;
+    returns the bundle's digest (which covers its bytecode too) and its dir."""
+    sources_digest, sources = planned_sources()
+    final = workspace / "bundles" / sources_digest
     if final.exists():
-        problems = verify_bundle(final, digest)
-        if problems:
-            raise InvalidInput(f"{final}: staged bundle is damaged ({problems[0]}); remove it and stage again")
-        return digest, final
+        return _existing(final, sources_digest), final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{digest[:12]}-{os.getpid()}-{secrets.token_hex(2)}"
+    tmp = final.parent / f".tmp-{sources_digest[:12]}-{os.getpid()}-{secrets.token_hex(2)}"
     try:
-        _write_bundle(tmp, manifest, sources)
+        manifest = _write_bundle(tmp, sources, sources_digest)
         os.rename(tmp, final)
     except OSError:
-        if not (final.exists() and not verify_bundle(final, digest)):
+        if not final.exists():
             raise
+        return _existing(final, sources_digest), final
     finally:
         if tmp.exists():
             _make_writable(tmp)
             shutil.rmtree(tmp)
-    return digest, final
+    return manifest["digest"], final
 
 
-def _write_bundle(tmp: Path, manifest: dict, sources: dict[str, bytes | Path]) -> None:
-    for rel, source in sources.items():
-        target = tmp / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        data = source if isinstance(source, bytes) else source.read_bytes()
-        with open(target, "wb") as handle:
-            handle.write(data)
-            os.fsync(handle.fileno())
+def _existing(final: Path, sources_digest: str) -> str:
+    problems = verify_bundle(final)
+    try:
+        manifest = read_manifest(final)
+    except (OSError, ValueError):
+        manifest = {}
+    if not problems and manifest.get("sources_digest") != sources_digest:
+        problems = [f"{MANIFEST_NAME}: its sources are not {sources_digest}"]
+    if problems:
+        raise InvalidInput(f"{final}: staged bundle is damaged ({problems[0]}); remove it and stage again")
+    return manifest["digest"]
+
+
+def _write_bundle(tmp: Path, sources: dict[str, bytes | Path], sources_digest: str) -> dict:
+    write_files(tmp, sources)
+    compile_bytecode(tmp)
+    for path in tmp.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    manifest = manifest_of(tmp, sources_digest)
     write_atomic(tmp / MANIFEST_NAME, dump_json(manifest), mode=0o444)
     for path in sorted(tmp.rglob("*"), reverse=True):
         path.chmod(0o555 if path.is_dir() else 0o444)
     tmp.chmod(0o555)
+    return manifest
 
 
 def _make_writable(root: Path) -> None:
@@ -101,7 +114,8 @@ def stage(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional[str
     attempts = ws / "attempts"
     attempts.mkdir(parents=True, exist_ok=True)
     final = attempts / attempt_id
-    ctx = ScriptContext(attempt_id, str(final), str(bundle_dir), bundle_digest, plan_digest(plan), bin_dir)
+    ctx = ScriptContext(attempt_id, str(final), str(bundle_dir), bundle_digest, plan_digest(plan), bin_dir,
+                        entry_sha256=entry_sha256())
     tmp = attempts / f".tmp-{attempt_id}"
     tmp.mkdir(mode=0o700)
     try:

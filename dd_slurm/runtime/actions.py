@@ -8,6 +8,7 @@ from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import gateway_step, verify
+from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import ENDPOINTS_NAME, endpoint_map, publish
@@ -47,6 +48,7 @@ class RuntimeActions:
         verify.check_hosts(s.alloc.nodes)
         verify.check_paths(s.workspace, s.dir, s.results_dir, s.dir / "logs")
         s.prepare()
+        s.gate.check()
         request, passed = s.write_probe_request()
         answers, problem = s.runner.on_nodes(s.alloc.nodes, ["_probe", str(request)], "probe", 60,
                                              role="probe", gres_gpus=s.plan.job.gpus_per_node, passed=passed)
@@ -105,6 +107,7 @@ class RuntimeActions:
                                          outcome="timed_out")
             if waiting:
                 s.clock.sleep(POLL_S)
+        s.gate.check()
         return True
 
     # ready -> client: the gateway in front of every replica
@@ -161,10 +164,12 @@ class RuntimeActions:
         grace = s.plan.runtime.cleanup_grace_s if s.plan else 10.0
         nodes = s.alloc.nodes if s.alloc else ()
         Cleanup(s.dir, s.table, s.runner, s.clock, grace, nodes, s.attempt_id, s.signal_step,
-                self._finish_readiness).run(phases, outcome, reason)
+                self._finish_readiness, budget_for(s, reason, grace)).run(phases, outcome, reason)
 
     # helpers
     def _start(self, spec: StepSpec) -> None:
+        """Every launch: a signal that has landed by now starts nothing."""
+        self.s.gate.check()
         self.s.runner.start(spec, self.s.passed(spec))
 
     def replica_urls(self) -> dict[str, str]:

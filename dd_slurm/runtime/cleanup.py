@@ -1,39 +1,59 @@
-"""The single cleanup: look at what is left, stop only that, verify nothing carrying the attempt's
-id survives on any node, and report. Every step runs even when one fails; safe to run again."""
+"""The single cleanup: look at what is left, stop only that, verify nothing of the attempt survives
+on any node, and report. Every step runs even when one fails; safe to run again.
+
+It runs against one deadline (`Budget`: before Slurm's SIGKILL): every scancel and srun it makes is
+bounded by what is left, independent stops run concurrently, and a report is on disk from the
+start (marked unfinished) and rewritten at the end."""
 
 from __future__ import annotations
 
 import json
 import re
 import signal
+import threading
 from pathlib import Path
 from typing import Callable, Optional
 
 from dd_slurm.clock import Clock
+from dd_slurm.runtime.budget import STOP_ALLOWANCE_S, Budget
 from dd_slurm.runtime.launch import StepRunner
+from dd_slurm.runtime.leftover_scan import record_trees, scan_node
 from dd_slurm.runtime.processes import ProcessTable
-from dd_slurm.runtime.stepexec import scan_node
 from dd_slurm.store.atomic import write_json_atomic
 
 CLEANUP_NAME = "cleanup.json"
 KILL_WAIT_S = 3.0
+SCAN_S = 30.0
+AFTER_GRACE_S = 2.0  # of the budget kept back from the grace: SIGKILL, the scan, the report
 _JOB_ENDING = re.compile(r"has expired|Expired or invalid job|already completing|Job/step already|Invalid job id")
 
 
 class Cleanup:
     def __init__(self, attempt_dir: Path, table: ProcessTable, runner: Optional[StepRunner], clock: Clock,
                  grace_s: float, nodes: tuple[str, ...], attempt_id: str,
-                 signal_step: Callable[[str, str], bool], finish_readiness: Callable[[], None]) -> None:
+                 signal_step: Callable[..., bool], finish_readiness: Callable[[], None],
+                 budget: Optional[Budget] = None) -> None:
         self.path = Path(attempt_dir) / CLEANUP_NAME
+        self.dir = Path(attempt_dir)
         self.table, self.runner, self.clock, self.grace_s = table, runner, clock, grace_s
         self.nodes, self.attempt_id = nodes, attempt_id
         self.signal_step, self.finish_readiness = signal_step, finish_readiness
+        self._table_lock = threading.Lock()
+        self.budget = budget or Budget(clock.monotonic() + grace_s + STOP_ALLOWANCE_S, grace_s + STOP_ALLOWANCE_S,
+                                       "default: grace + allowance")
+
+    def left(self) -> float:
+        return self.budget.left(self.clock.monotonic())
 
     def run(self, phases: list[list[str]], outcome: str, reason: str) -> dict:
         started = self.clock.monotonic()
         report = {"runs": self._previous_runs() + 1, "outcome": outcome, "reason": reason, "processes": [],
-                  "leftovers_found": [], "leftovers_killed": [], "leftovers_after": [], "problems": []}
+                  "leftovers_found": [], "leftovers_killed": [], "leftovers_after": [], "problems": [],
+                  "methods": {}, "budget_s": self.budget.seconds, "budget_basis": self.budget.basis,
+                  "finished": False, "verdict": "unfinished"}
+        self._guarded(report, "cleanup report", lambda: write_json_atomic(self.path, report))
         before = {name: self.table.poll(name) for name in self.table.procs}
+        self._guarded(report, "recording process trees", lambda: self._record(report))
         for phase in phases:
             self._guarded(report, f"stopping {', '.join(phase)}", lambda p=phase: self._stop(p, report))
         self._guarded(report, "leftover scan", lambda: self._scan(report))
@@ -41,40 +61,81 @@ class Cleanup:
         self._guarded(report, "process report", lambda: report.__setitem__(
             "processes", [self._describe(name, before.get(name)) for name in self.table.procs]))
         report["seconds"] = round(self.clock.monotonic() - started, 3)
+        report["finished"] = True
         report["verdict"] = "clean" if not report["leftovers_after"] and not report["problems"] else "attention"
         self._guarded(report, "cleanup report", lambda: write_json_atomic(self.path, report))
         return report
 
     def _stop(self, names: list[str], report: dict) -> None:
-        """SIGTERM through Slurm to each step's task (srun itself would SIGKILL it), wait out the
-        grace, then SIGKILL the step and its srun. One process that resists does not stop the rest."""
+        """SIGTERM through Slurm to each step's task (srun itself would SIGKILL it), all at once;
+        wait out the grace (what the budget allows of it), then SIGKILL what is left, all at once.
+        One process that resists, or a controller that does not answer, does not stop the rest."""
         live = [n for n in names if n in self.table.procs and self.table.poll(n) is None]
-        for name in live:
-            self._guarded(report, f"SIGTERM to {name}", lambda n=name: self._term(n))
-        deadline = self.clock.monotonic() + self.grace_s
+        self._concurrently(report, "SIGTERM to", live, self._term)
+        grace = max(0.0, min(self.grace_s, self.left() - AFTER_GRACE_S))
+        if grace < self.grace_s and live:
+            report.setdefault("notes", []).append(f"grace cut to {grace:.1f}s by the cleanup budget")
+        deadline = self.clock.monotonic() + grace
         for name in live:
             self.table.wait(name, deadline)
-        for name in live:
-            if self.table.poll(name) is None:
-                self._guarded(report, f"SIGKILL to {name}", lambda n=name: self._kill(n))
+        self._concurrently(report, "SIGKILL to", [n for n in live if self.table.poll(n) is None], self._kill)
+
+    def _concurrently(self, report: dict, what: str, names: list[str], action: Callable[[str], None]) -> None:
+        """Run `action` for every name in its own thread; each may take what is left of the budget."""
+        threads = [threading.Thread(target=self._guarded, args=(report, f"{what} {n}", lambda n=n: action(n)),
+                                    daemon=True) for n in names]
+        for thread in threads:
+            thread.start()
+        for thread, name in zip(threads, names):
+            thread.join(self.left())
+            if thread.is_alive():
+                report["problems"].append(f"{what} {name}: not done within the cleanup budget")
+
+    def _signal(self, name: str, signal_name: str) -> bool:
+        return self.signal_step(name, signal_name, timeout_s=max(0.1, self.left() - 0.5))
 
     def _kill(self, name: str) -> None:
         try:
-            self.signal_step(name, "KILL")
+            self._signal(name, "KILL")
         finally:
-            self.table.signal_group(name, signal.SIGKILL)
-            self.table.wait(name, self.clock.monotonic() + KILL_WAIT_S)
+            with self._table_lock:
+                self.table.signal_group(name, signal.SIGKILL)
+            deadline = self.clock.monotonic() + min(KILL_WAIT_S, self.left())
+            while self._poll(name) is None and self.clock.monotonic() < deadline:
+                self.clock.sleep(0.02)
 
     def _term(self, name: str) -> None:
-        if not self.signal_step(name, "TERM"):
-            self.table.signal_group(name, signal.SIGTERM)
-        self.table.procs[name].stop = "sigterm"
+        signalled = self._signal(name, "TERM")
+        with self._table_lock:  # the table (and its processes.json) is not for concurrent hands
+            if not signalled:
+                self.table.signal_group(name, signal.SIGTERM)
+            self.table.procs[name].stop = "sigterm"
+
+    def _poll(self, name: str) -> Optional[int]:
+        with self._table_lock:
+            return self.table.poll(name)
+
+    def _record(self, report: dict) -> None:
+        """Before anything is stopped: each node records its steps' process trees and sessions,
+        which the leftover scan uses once the steps are gone."""
+        if not any(self.table.poll(n) is None for n in self.table.procs):
+            return
+        if self.runner is None or not self.nodes:
+            record_trees(str(self.dir))
+            return
+        _answers, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--dir", str(self.dir),
+                                                              "--record"], "scan-record", min(10.0, self.left() / 4))
+        if problem:
+            record_trees(str(self.dir))  # at least this node's, without Slurm
+            report.setdefault("notes", []).append("process trees recorded on the batch node only: "
+                                                  + problem[:200])
 
     def _scan(self, report: dict) -> None:
         if self.runner is None or not self.nodes:
             answers, problem = self._scan_here(report, "no allocation to scan through"), None
         else:
-            answers, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--kill"], "scan-kill", 30)
+            answers, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--dir", str(self.dir),
+                                                                 "--kill"], "scan-kill", min(SCAN_S, self.left() - 0.5))
         if problem and _JOB_ENDING.search(problem):
             answers = self._scan_here(report, "the job is ending, so Slurm's teardown stops every step on "
                                               f"{', '.join(self.nodes)}; the batch node was scanned directly")
@@ -82,11 +143,13 @@ class Cleanup:
         if problem:
             report["problems"].append(problem)
         for node, answer in sorted(answers.items()):
+            report["methods"][node] = answer.get("methods", {"environment": "ran"})
             report["leftovers_found"] += [{**p, "node": node} for p in answer["found"]]
             report["leftovers_killed"] += [{"pid": pid, "node": node} for pid in answer["killed"]]
         if answers and any(a["found"] for a in answers.values()):
             self.clock.sleep(0.2)
-            after, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id], "scan-verify", 30)
+            after, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--dir", str(self.dir)],
+                                                  "scan-verify", max(0.5, min(SCAN_S, self.left() - 0.5)))
             report["leftovers_after"] = [{**p, "node": n} for n, a in sorted(after.items()) for p in a["found"]]
             if problem:
                 report["problems"].append(problem)
@@ -97,10 +160,12 @@ class Cleanup:
     def _scan_here(self, report: dict, note: str) -> dict[str, dict]:
         """Scan (and clear) the node this supervisor runs on, without Slurm."""
         report.setdefault("notes", []).append(note)
-        answer = scan_node(self.attempt_id, kill=True)
+        answer = scan_node(self.attempt_id, True, str(self.dir))
+        report["methods"][answer["node"]] = answer["methods"]
         if answer["found"]:
             self.clock.sleep(0.2)
-            report["leftovers_after"] += [{**p, "node": answer["node"]} for p in scan_node(self.attempt_id, False)["found"]]
+            report["leftovers_after"] += [{**p, "node": answer["node"]}
+                                          for p in scan_node(self.attempt_id, False, str(self.dir))["found"]]
         return {answer["node"]: answer}
 
     def _describe(self, name: str, before: Optional[int]) -> dict:

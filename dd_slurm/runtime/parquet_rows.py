@@ -77,7 +77,11 @@ class _Reader:
 
 
 def parquet_num_rows(path: Path) -> int:
-    data = Path(path).read_bytes()
+    return parquet_rows_of(Path(path).read_bytes())
+
+
+def parquet_rows_of(data: bytes) -> int:
+    """num_rows from a whole Parquet file's bytes."""
     if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
         raise ValueError("not a Parquet file (PAR1 magic missing)")
     (length,) = struct.unpack("<I", data[-8:-4])

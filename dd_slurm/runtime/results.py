@@ -1,43 +1,96 @@
-"""Candidate result validation and the result manifest (digest, size, record count)."""
+"""Candidate result validation and the result manifest: record count, size and sha256, all from
+one read of one open file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from dd_slurm.bundle.manifest import sha256_file
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan import Result
 
 MANIFEST_NAME = "result-manifest.json"
 
 
-def count_records(path: Path, fmt: str) -> Optional[int]:
-    """Records in the file by its format; raises ValueError when it does not parse."""
-    if fmt == "jsonl":
-        count = 0
-        with open(path, "rb") as handle:
-            for number, line in enumerate(handle, 1):
-                if line.strip():
-                    try:
-                        json.loads(line)
-                    except ValueError as err:
-                        raise ValueError(f"line {number}: {err}") from None
-                    count += 1
-        return count
-    if fmt == "json":
-        value = json.loads(Path(path).read_bytes())
+BLOCK = 1 << 20
+
+
+def read_result(path: Path, fmt: str, opener: Callable = open) -> tuple[Optional[int], int, str]:
+    """(records, bytes, sha256) from one pass over one open file, so all three describe the same
+    bytes; raises ValueError when the content does not parse in its format."""
+    digest, size = hashlib.sha256(), 0
+    counter = _counter(fmt)
+    with opener(path, "rb") as handle:
+        for block in iter(lambda: handle.read(BLOCK), b""):
+            digest.update(block)
+            size += len(block)
+            counter.feed(block)
+    return counter.done(), size, digest.hexdigest()
+
+
+def _counter(fmt: str) -> "_Counter":
+    return {"jsonl": _JsonLines, "json": _Json, "parquet": _Parquet}.get(fmt, _Counter)()
+
+
+class _Counter:
+    """Format `file`: no records to count."""
+
+    def feed(self, block: bytes) -> None:
+        return
+
+    def done(self) -> Optional[int]:
+        return None
+
+
+class _JsonLines(_Counter):
+    def __init__(self) -> None:
+        self.count, self.number, self.rest = 0, 0, b""
+
+    def feed(self, block: bytes) -> None:
+        lines = (self.rest + block).split(b"\n")
+        self.rest = lines.pop()
+        for line in lines:
+            self._line(line)
+
+    def _line(self, line: bytes) -> None:
+        self.number += 1
+        if line.strip():
+            try:
+                json.loads(line)
+            except ValueError as err:
+                raise ValueError(f"line {self.number}: {err}") from None
+            self.count += 1
+
+    def done(self) -> int:
+        if self.rest:
+            self._line(self.rest)
+        return self.count
+
+
+class _Json(_Counter):
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def feed(self, block: bytes) -> None:
+        self.chunks.append(block)
+
+    def done(self) -> int:
+        value = json.loads(b"".join(self.chunks))
         return len(value) if isinstance(value, list) else 1
-    if fmt == "parquet":
-        from dd_slurm.runtime.parquet_rows import parquet_num_rows
-
-        return parquet_num_rows(path)
-    return None
 
 
-def validate_result(results_dir: Path, spec: Result) -> dict:
+class _Parquet(_Json):
+    """The footer is at the end: the bytes are kept (as json's are) and read by the footer parser."""
+
+    def done(self) -> int:
+        from dd_slurm.runtime.parquet_rows import parquet_rows_of
+
+        return parquet_rows_of(b"".join(self.chunks))
+
+
+def validate_result(results_dir: Path, spec: Result, opener: Callable = open) -> dict:
     """The manifest of a valid candidate; AttemptFailure with a reason code otherwise."""
     root = Path(results_dir).resolve()
     path = (root / spec.path)
@@ -46,13 +99,11 @@ def validate_result(results_dir: Path, spec: Result) -> dict:
     if root not in path.resolve().parents:
         raise AttemptFailure("result_outside_results_dir", f"{spec.path} resolves outside the results dir")
     try:
-        records = count_records(path, spec.format)
+        records, size, sha256 = read_result(path, spec.format, opener)
     except (ValueError, OSError) as err:
         raise AttemptFailure("result_invalid", f"{spec.path} is not valid {spec.format}: {err}") from None
-    if spec.format == "file" and spec.min_records and os.path.getsize(path) == 0:
+    if spec.format == "file" and spec.min_records and size == 0:
         raise AttemptFailure("result_invalid", f"{spec.path} is empty")
     if records is not None and records < spec.min_records:
         raise AttemptFailure("result_too_few_records", f"{spec.path} has {records} records, needs {spec.min_records}")
-    return {"path": spec.path, "format": spec.format, "records": records, "bytes": os.path.getsize(path),
-            "sha256": sha256_file(path)}
-
+    return {"path": spec.path, "format": spec.format, "records": records, "bytes": size, "sha256": sha256}

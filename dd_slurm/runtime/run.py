@@ -13,22 +13,57 @@ from dd_slurm.machine import table as T
 from dd_slurm.machine.attempt import Attempt
 from dd_slurm.machine.journal import Journal
 from dd_slurm.runtime.actions import RuntimeActions
+from dd_slurm.runtime.budget import JobFacts
 from dd_slurm.runtime.session import Session
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.runtime.supervision import Holder, SupervisionRefused, SupervisorLock, job_live_via
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.timeline import write_timeline
 
 SUPERVISOR_NAME = "supervisor.json"
 
+# Where `advance --until` may stop: no process of the attempt runs in these states.
+SAFE_STOPS = tuple(s for s in T.UNTIL_STATES if s not in T.LIVE_STATES)
+FACTS_DELAY_S = 1.5  # the job's end time and KillWait are fetched once start-up is under way
+
+
+def check_may_supervise(environ: Mapping[str, str], until: Optional[str]) -> None:
+    """Refusals that leave the attempt untouched (exit 2): outside an allocation, or an --until
+    that would leave the attempt's processes running with nobody supervising them."""
+    if not environ.get("SLURM_JOB_ID") or not (environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")):
+        raise SupervisionRefused("not inside a Slurm allocation (SLURM_JOB_ID/SLURM_JOB_NODELIST unset): the "
+                                 "attempt is supervised only from its job; nothing was changed")
+    if until is not None and until not in SAFE_STOPS:
+        raise SupervisionRefused(f"--until {until}: the attempt's processes would keep running with no supervisor; "
+                                 f"stop at one of {', '.join(SAFE_STOPS)}")
+
 
 def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
-                environ: Mapping[str, str] = os.environ) -> Attempt:
-    clock = Clock()
-    gate = SignalGate().install()
-    commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
+                environ: Mapping[str, str] = os.environ, early_signals: Optional[list[int]] = None,
+                command: str = "run") -> Attempt:
+    gate = SignalGate(early_signals).install()
+    try:
+        check_may_supervise(environ, until)
+        clock = Clock()
+        commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
+        lock = SupervisorLock(Path(attempt_dir), Holder.me(command, environ), job_live_via(
+            lambda job: _observe(job, commands, clock)))
+        lock.acquire()
+        try:
+            return _supervise(attempt_dir, bundle_digest, plan_digest, until, environ, clock, gate, commands)
+        finally:
+            lock.release()
+    finally:
+        gate.uninstall()
+
+
+def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str],
+               environ: Mapping[str, str], clock: Clock, gate: SignalGate, commands: SlurmCommands) -> Attempt:
     session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
+    session.job_facts = JobFacts(environ, commands.bounded(10.0), environ.get("SLURM_JOB_ID", ""),
+                                 FACTS_DELAY_S)
     write_supervisor_record(session.dir, "running")
     try:
         attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
@@ -42,8 +77,13 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
             write_timeline(session.dir)  # timeline.md: where the time went (never raises)
         return attempt
     finally:
-        gate.uninstall()
         write_supervisor_record(session.dir, "exited")
+
+
+def _observe(job_id: str, commands: SlurmCommands, clock: Clock):
+    from dd_slurm.control import query  # only when a lock holder on another machine must be checked
+
+    return next(iter(query([job_id], commands, clock)), None)
 
 
 def process_started_wall(pid: int) -> Optional[float]:

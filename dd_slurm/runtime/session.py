@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Mapping, Optional
 
+from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.clock import Clock
 from dd_slurm.errors import DdSlurmError, VerificationError
 from dd_slurm.plan import Deployment, Plan
@@ -61,7 +62,7 @@ class Session:
             self.alloc = Allocation.from_environ(self.ambient)
         self.place()
         self.runner = StepRunner(self.table, self.clock, self.dir, self.srun(), self.alloc.job_id,
-                                 interpreter(self.plan.runtime.python, str(self.dir)),
+                                 interpreter(self.plan.runtime.python, entry_sha256(), self.bundle_digest),
                                  str(self.bundle_dir / "entry.py"), self.srun_env())
 
     def place(self) -> None:
@@ -126,13 +127,15 @@ class Session:
                          "base_url": None if u.port is None else f"http://{u.leader}:{u.port}/v1"}
                 for u in self.placement}
 
-    def signal_step(self, name: str, signal_name: str) -> bool:
-        """Signal a step's task through Slurm (scancel --signal); False if the step never started."""
+    def signal_step(self, name: str, signal_name: str, timeout_s: Optional[float] = None) -> bool:
+        """Signal a step's task through Slurm (scancel --signal); False if the step never started.
+        `timeout_s` bounds the call (one try), for cleanup's budget."""
         record = self.runner.started(name) if self.runner else None
         if not (record and record.get("step_id") and record.get("job_id")):
             return False
+        commands = self.commands.bounded(timeout_s) if timeout_s is not None else self.commands
         try:
-            self.commands.cancel(f"{record['job_id']}.{record['step_id']}", signal=signal_name)
+            commands.cancel(f"{record['job_id']}.{record['step_id']}", signal=signal_name)
         except DdSlurmError:
             return False
         return True

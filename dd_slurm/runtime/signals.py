@@ -17,8 +17,11 @@ OUTCOMES = {
 
 
 class SignalGate:
-    def __init__(self) -> None:
-        self.received: list[int] = []
+    """`early`: the list the entry point's first instructions have been recording into; the gate
+    keeps appending to that same list, so a signal that came before the gate existed counts."""
+
+    def __init__(self, early: Optional[list[int]] = None) -> None:
+        self.received: list[int] = early if early is not None else []
         self.acted_on = 0
         self._previous: dict[int, object] = {}
 

@@ -1,13 +1,12 @@
 """What runs on a compute node inside a step: the program launcher, the pre-launch probe, the
-listener identity check, and the leftover scan. Standard library only; each prints or writes JSON
-and never raises a traceback."""
+listener identity check, and the leftover scan (leftover_scan.py). Standard library only; each
+prints or writes JSON and never raises a traceback."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -16,7 +15,6 @@ from dd_slurm.store.atomic import write_json_atomic  # standard library only, li
 
 EXIT_NOT_FOUND = 127
 EXIT_GPU_SHAPE = 86
-SKIP_ROLES = {"supervisor", "scan"}
 
 
 def start_time(pid: int | str) -> int | None:
@@ -94,6 +92,9 @@ def run_step(spec_path: str) -> int:
     if record["error"]:
         print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)
         return EXIT_GPU_SHAPE if gpu_problem else EXIT_NOT_FOUND
+    from dd_slurm.runtime.leftover_scan import become_subreaper
+
+    become_subreaper()  # kept across execve: the program's orphaned descendants stay in its tree
     os.execve(program, argv, env)
     return EXIT_NOT_FOUND  # not reached
 
@@ -146,47 +147,6 @@ def identity(request_path: str) -> int:
     return 0
 
 
-def leftovers(attempt_id: str) -> list[dict]:
-    """Processes on this node whose environment carries this attempt's id (not scans, not the
-    supervisor, not this process)."""
-    wanted = f"DD_SLURM_ATTEMPT_ID={attempt_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        if wanted not in environ:
-            continue
-        role = next((v[len(b"DD_SLURM_ROLE="):].decode() for v in environ if v.startswith(b"DD_SLURM_ROLE=")), "")
-        if role in SKIP_ROLES or not cmdline:
-            continue
-        found.append({"pid": int(entry.name), "start_time": start_time(entry.name), "role": role, "cmdline": cmdline[:200]})
-    return found
-
-
-def scan_node(attempt_id: str, kill: bool) -> dict:
-    """This node's leftovers, SIGKILLed when asked (only if still the same process, by start time)."""
-    found = leftovers(attempt_id)
-    killed = []
-    for proc in found if kill else ():
-        if start_time(proc["pid"]) == proc["start_time"]:
-            try:
-                os.kill(proc["pid"], signal.SIGKILL)
-                killed.append(proc["pid"])
-            except OSError:
-                pass
-    return {"node": node_name(), "found": found, "killed": killed}
-
-
-def scan(attempt_id: str, kill: bool) -> int:
-    print(json.dumps(scan_node(attempt_id, kill)), flush=True)
-    return 0
-
-
 def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     if command == "_step":
@@ -196,10 +156,8 @@ def main(argv: list[str]) -> int:
     if command == "_identity":
         return identity(rest[0])
     if command == "_scan":
-        return scan(rest[0], "--kill" in rest)
-    if command == "_gateway":  # the gateway process: standard library asyncio + attrs (bundled)
-        from dd_slurm.gateway.__main__ import main as gateway_main
+        from dd_slurm.runtime.leftover_scan import scan_command
 
-        return gateway_main(rest)
+        return scan_command(rest)
     print(f"unknown node command {command}", file=sys.stderr)
     return 2

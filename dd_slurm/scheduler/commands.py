@@ -171,6 +171,16 @@ class SlurmCommands:
         if result.returncode != 0 and not _ALREADY_GONE.search(result.stderr):
             self.run("scancel", args + (["--batch"] if batch_only else []) + [job_id])
 
+    def show(self, kind: str, *names: str) -> str:
+        """`scontrol show job -o ID` / `scontrol show config`: the raw text (parsed by its user)."""
+        return self.run("scontrol", ["show", kind, *(["-o", *names] if names else [])]).stdout
+
+    def bounded(self, timeout_s: float) -> "SlurmCommands":
+        """The same client with one try of at most `timeout_s` per call (cleanup's budget)."""
+        clone = SlurmCommands(self.clock, self.bin_dir, {}, timeout_s=max(timeout_s, 0.1), attempts=1)
+        clone.env = dict(self.env)
+        return clone
+
     def test_only(self, script: Path) -> ToolResult:
         return self.run("sbatch", ["--test-only", str(script)])
 

@@ -31,6 +31,7 @@ class ScriptContext:
     bin_dir: Optional[str] = None
     array: Optional[str] = None  # `--array` (`0-5%2`) for a run of shards; attempt_dir is then the run dir
     log_pattern: Optional[str] = None  # `--output`/`--error` when not the attempt's own logs dir
+    entry_sha256: str = ""  # of BUNDLE/entry.py, checked by the boot before it runs a byte of it
 
     @property
     def job_name(self) -> str:
@@ -84,15 +85,28 @@ def export_list(ctx: ScriptContext, forward: list[str]) -> str:
     return ",".join(names + forward)
 
 
-def interpreter(python: str, attempt_dir: str) -> list[str]:
-    """How the bundle is run: isolated (-I -S), and with bytecode cached only in the attempt's own
-    dir, so what executes is compiled from the verified sources, never from files beside them."""
-    return [python, "-I", "-S", "-X", f"pycache_prefix={attempt_dir}/pycache"]
+# The boot: the interpreter's first instructions record the signals the runtime acts on (the
+# SignalGate adopts them), then it reads entry.py once, checks its sha256 against the one rendered
+# here, and runs exactly those bytes, handing on the expected bundle digest. Standard library only.
+BOOT = ('import _signal as S;E=[];[S.signal(n,lambda s,f:E.append(s)) for n in '
+        '(S.SIGTERM,S.SIGINT,S.SIGUSR1,S.SIGHUP)];import hashlib,sys;'
+        'h,d,p=sys.argv[1:4];b=open(p,"rb").read();'
+        'hashlib.sha256(b).hexdigest()==h or sys.exit("error: "+p+": sha256 is not "+h+'
+        '"; the entry point changed after staging, nothing of the bundle ran");'
+        'sys.argv=sys.argv[3:];exec(compile(b,p,"exec"),'
+        '{"__name__":"__main__","__file__":p,"_DD_SLURM_EARLY_SIGNALS":E,"_DD_SLURM_BUNDLE_DIGEST":d})')
+
+
+def interpreter(python: str, entry_sha256: str, bundle_digest: str) -> list[str]:
+    """How the bundle is run, by the batch script and by every step: isolated (-I -S), writing
+    no bytecode (-B: the bundle's own checked-hash .pyc files are used), through the boot; the
+    entry.py path and its arguments follow."""
+    return [python, "-I", "-S", "-B", "-c", BOOT, entry_sha256, bundle_digest]
 
 
 def exec_argv(plan: Plan, ctx: ScriptContext) -> list[str]:
-    return [*interpreter(plan.runtime.python, ctx.attempt_dir), f"{ctx.bundle_dir}/{ENTRY_NAME}", "run",
-            ctx.attempt_dir, "--bundle-digest", ctx.bundle_digest, "--plan-digest", ctx.plan_digest]
+    return [*interpreter(plan.runtime.python, ctx.entry_sha256, ctx.bundle_digest), f"{ctx.bundle_dir}/{ENTRY_NAME}",
+            "run", ctx.attempt_dir, "--bundle-digest", ctx.bundle_digest, "--plan-digest", ctx.plan_digest]
 
 
 def render_script(plan: Plan, ctx: ScriptContext) -> str:
@@ -113,6 +127,8 @@ def check_context(ctx: ScriptContext) -> None:
         bad = control_char(value)
         if bad or "," in value and name == "bin_dir":
             raise RenderError(f"{name}: cannot be rendered safely ({bad or 'comma'})")
+    if len(ctx.entry_sha256) != 64 or not set(ctx.entry_sha256) <= set("0123456789abcdef"):
+        raise RenderError("entry_sha256: must be the 64-digit sha256 of the bundle's entry.py")
     for name in ("attempt_dir", "bundle_dir"):
         if not getattr(ctx, name).startswith("/"):
             raise RenderError(f"{name}: must be an absolute path")

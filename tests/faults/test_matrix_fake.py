@@ -14,9 +14,8 @@ import pytest
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.clock import Clock
-from dd_slurm.scheduler.render import interpreter
 from tests.faults.matrix import CELLS, Cell, check_cell_aftermath, wait_for_state
-from tests.runtime.harness import NODES, allocation_env, no_leftovers, plan_data, stage_plan
+from tests.runtime.harness import NODES, allocation_env, no_leftovers, plan_data, stage_plan, supervisor_argv
 
 SIGNALS = {"sigterm": signal.SIGTERM, "sigusr1": signal.SIGUSR1}
 
@@ -40,8 +39,7 @@ def run_cell(tmp_path, fake_slurm, cell: Cell):
     if cell.action == "break_launch":
         fake_slurm.add_fault("srun", exit=1, match="--job-name=deploy-small-0",
                              stderr="srun: error: Unable to create step for job 4242: Requested node configuration is not available\n")
-    argv = [*interpreter(data["runtime"]["python"], str(staged.attempt_dir)), str(staged.bundle_dir / "entry.py"),
-            "run", str(staged.attempt_dir), "--bundle-digest", staged.bundle_digest, "--plan-digest", staged.plan_digest]
+    argv = supervisor_argv(staged, data)
     supervisor = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         if cell.action in ("sigterm", "sigusr1", "scancel"):
@@ -83,7 +81,7 @@ def test_cleanup_called_twice_does_nothing_new(tmp_path, fake_slurm) -> None:
     signalled = []
     table = ProcessTable(staged.attempt_dir, Clock())
     again = Cleanup(staged.attempt_dir, table, None, Clock(), 1.0, (), staged.attempt_id,
-                    lambda name, sig: signalled.append((name, sig)) or False, lambda: None
+                    lambda name, sig, timeout_s=None: signalled.append((name, sig)) or False, lambda: None
                     ).run([["client"], ["gateway"], ["deploy-small-0"]], "failed", "again")
     assert (first["runs"] + 1, "clean", [], [], []) == (
         again["runs"], again["verdict"], again["leftovers_found"], again["leftovers_killed"], signalled)

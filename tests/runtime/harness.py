@@ -13,7 +13,7 @@ from dd_slurm.bundle.stage import stage
 from dd_slurm.clock import Clock
 from dd_slurm.plan import parse_plan
 from dd_slurm.runtime.run import run_attempt
-from dd_slurm.runtime.stepexec import leftovers
+from dd_slurm.runtime.leftover_scan import leftovers
 from tests.conftest import PLANS
 
 NODES = ("127.0.2.1", "127.0.2.2", "127.0.2.3")
@@ -65,6 +65,16 @@ def run(tmp_path: Path, fake_slurm, data: dict, nodes: Optional[tuple[str, ...]]
     env = allocation_env(fake_slurm.bin_dir, nodes, data["job"]["gpus_per_node"] if gpus is None else gpus, **extra_env)
     attempt = run_attempt(staged.attempt_dir, staged.bundle_digest, staged.plan_digest, environ=env)
     return attempt, staged
+
+
+def supervisor_argv(staged, data: dict) -> list[str]:
+    """The exec line of the attempt's rendered script: the boot, entry.py, `run`."""
+    from dd_slurm.bundle.manifest import entry_sha256
+    from dd_slurm.scheduler.render import ScriptContext, exec_argv
+
+    ctx = ScriptContext(staged.attempt_id, str(staged.attempt_dir), str(staged.bundle_dir), staged.bundle_digest,
+                        staged.plan_digest, entry_sha256=entry_sha256())
+    return exec_argv(parse_plan(json.dumps(data)), ctx)
 
 
 def journal(attempt_dir: Path) -> list[tuple[str, str, Optional[str]]]:

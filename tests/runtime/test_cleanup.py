@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 
+from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.launch import StepRunner
@@ -21,14 +22,14 @@ def _setup(tmp_path, fake_slurm):
     clock = Clock()
     table = ProcessTable(staged.attempt_dir, clock)
     runner = StepRunner(table, clock, staged.attempt_dir, str(fake_slurm.bin_dir / "srun"), "4242",
-                        interpreter("/usr/bin/python3", str(staged.attempt_dir)), str(staged.bundle_dir / "entry.py"),
+                        interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest), str(staged.bundle_dir / "entry.py"),
                         {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})
     env = {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id, "DD_SLURM_ROLE": "server"}
     table.spawn("server", [sys.executable, "-c", "import time; time.sleep(60)"], env, staged.attempt_dir / "logs" / "s.log")
     return staged, clock, table, runner
 
 
-def _cleanup(staged, clock, table, runner, signal_step=lambda name, sig: False):
+def _cleanup(staged, clock, table, runner, signal_step=lambda name, sig, timeout_s=None: False):
     return Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id, signal_step, lambda: None)
 
 
@@ -37,7 +38,7 @@ def test_a_process_that_cannot_be_signalled_is_recorded_and_cleared_by_the_scan(
     group itself, finishes the scan, and leaves nothing running."""
     staged, clock, table, runner = _setup(tmp_path, fake_slurm)
 
-    def refuse(name, sig):
+    def refuse(name, sig, timeout_s=None):
         raise PermissionError(f"scancel refused {sig} for {name}")
 
     report = _cleanup(staged, clock, table, runner, refuse).run([["server"]], "failed", "test")
@@ -54,7 +55,7 @@ def test_a_node_that_does_not_answer_is_recorded(tmp_path, fake_slurm) -> None:
                          stderr="srun: error: Task launch for StepId=4242.3 failed on node n2: Communication connection failure\n")
     finished = []
     report = Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id,
-                     lambda n, s: False, lambda: finished.append(True)).run([["server"]], "failed", "test")
+                     lambda n, s, timeout_s=None: False, lambda: finished.append(True)).run([["server"]], "failed", "test")
     assert any("Communication connection failure" in p for p in report["problems"])
     assert ([True], "attention") == (finished, report["verdict"])
     assert json.loads((staged.attempt_dir / "cleanup.json").read_text())["problems"] == report["problems"]

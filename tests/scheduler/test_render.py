@@ -13,13 +13,13 @@ from hypothesis import given, settings, strategies as st
 
 from dd_slurm.errors import RenderError
 from dd_slurm.plan import parse_plan
-from dd_slurm.scheduler.render import ScriptContext, directives, render_script
+from dd_slurm.scheduler.render import BOOT, ScriptContext, directives, render_script
 from dd_slurm.testing.sbatch_directives import read_directives
 from tests.conftest import FIXTURES, PLANS
 
 GOLDEN = FIXTURES / "golden"
 CTX = ScriptContext("golden-20260101T000000-abcdef", "/ws/attempts/golden-20260101T000000-abcdef",
-                    "/ws/bundles/" + "b" * 64, "b" * 64, "p" * 64)
+                    "/ws/bundles/" + "b" * 64, "b" * 64, "p" * 64, entry_sha256="e" * 64)
 PLAN_FILES = sorted(PLANS.glob("*.json"))
 
 
@@ -74,16 +74,16 @@ def test_running_the_script_touches_only_the_attempt_dir(tmp_path_factory, comme
     plan = parse_plan(json.dumps(data))
     attempt = tmp_path / "attempt dir $(touch pwned) `id`"
     attempt.mkdir()
-    ctx = ScriptContext("t-1", str(attempt), "/ws/bundles/b", "b", "p")
+    ctx = ScriptContext("t-1", str(attempt), "/ws/bundles/b", "b", "p", entry_sha256="e" * 64)
     script = tmp_path / "job.sbatch"
     script.write_text(render_script(plan, ctx))
     before = set(tmp_path.rglob("*"))
     env = {"PATH": "/usr/bin:/bin", "DD_TEST_ATTEMPT": str(attempt)}
     assert 0 == subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, timeout=10).returncode
     assert {attempt / "argv.txt"} == set(tmp_path.rglob("*")) - before
-    expected = ["-I", "-S", "-X", f"pycache_prefix={attempt}/pycache", "/ws/bundles/b/entry.py", "run", str(attempt),
+    expected = ["-I", "-S", "-B", "-c", BOOT, "e" * 64, "b", "/ws/bundles/b/entry.py", "run", str(attempt),
                 "--bundle-digest", "b", "--plan-digest", "p"]
-    assert expected == (attempt / "argv.txt").read_text().splitlines()
+    assert expected == (attempt / "argv.txt").read_text().split("\n")[:-1]
 
 
 def test_directives_cover_every_scheduler_field() -> None:
@@ -103,11 +103,11 @@ def test_context_with_control_characters_is_refused() -> None:
     """Paths chosen by dd-slurm are checked too: a newline in the attempt dir cannot be rendered."""
     plan = _plan_with()
     with pytest.raises(RenderError):
-        render_script(plan, ScriptContext("t", "/ws/a\nb", "/ws/b", "b", "p"))
+        render_script(plan, ScriptContext("t", "/ws/a\nb", "/ws/b", "b", "p", entry_sha256="e" * 64))
 
 
 def test_percent_in_the_attempt_dir_is_escaped_for_slurm_patterns() -> None:
     """Slurm expands %-patterns in --output; a literal % in the path is written as %%."""
     plan = _plan_with()
-    found = dict(directives(plan, ScriptContext("t", "/ws/100%/a", "/ws/b", "b", "p")))
+    found = dict(directives(plan, ScriptContext("t", "/ws/100%/a", "/ws/b", "b", "p", entry_sha256="e" * 64)))
     assert "/ws/100%%/a/logs/batch-%j.out" == found["--output"]

@@ -118,3 +118,55 @@ def test_unwritable_results_dir(tmp_path, cluster) -> None:
     job = subprocess.run([cluster.tool("sbatch"), "--parsable", str(staged.script)], capture_output=True, text=True,
                          check=True)
     _fails_verification(staged.attempt_dir, job.stdout.strip(), "paths")
+
+
+@pytest.mark.timeout(180)
+def test_a_second_supervisor_is_refused_on_the_real_cluster(tmp_path) -> None:
+    """While the job's supervisor runs the client: `advance` on the login node refuses (not in an
+    allocation), and `advance` inside the job's allocation (an srun step on the batch node)
+    refuses naming the holder, both exit 2 with one line; the attempt still ends succeeded."""
+    from tests.faults.matrix import SLOW_CLIENT
+    from tests.slurm.real_attempt import EXE
+
+    data = plan_data("single-node")
+    SLOW_CLIENT(data)
+    attempt_dir, job_id = submit(tmp_path, data, "second-supervisor")
+    wait_state(attempt_dir, ("client",), 150)
+    outside = subprocess.run(EXE + ["advance", str(attempt_dir)], capture_output=True, text=True, timeout=60,
+                             env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
+    inside = subprocess.run(["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--gres=none",
+                             *EXE, "advance", str(attempt_dir)], capture_output=True, text=True, timeout=60)
+    assert (2, 1) == (outside.returncode, len(outside.stderr.splitlines())), outside.stderr
+    assert "not inside a Slurm allocation" in outside.stderr
+    assert 2 == inside.returncode and "already supervised by `run` pid" in inside.stderr, inside.stderr
+    assert f"(job {job_id} step batch" in inside.stderr
+    wait_state(attempt_dir, ("done",), 150)
+    wait_job_gone(job_id)
+    assert ("succeeded", "ok") == outcome(attempt_dir)
+
+
+@pytest.mark.timeout(180)
+def test_an_escaped_daemon_is_found_and_killed_on_the_real_cluster(tmp_path) -> None:
+    """A server double-forks `setsid env -i sleep 1000`. The launcher made the server a child
+    subreaper, so the daemon stays in the step's process tree: it is recorded there before the
+    stop, and dies with its step (Slurm's linuxproc signals the tree) or by the scan; nothing is left."""
+    from tests.runtime.test_cleanup_budget import ESCAPING_SERVER, WRITE_THREE, _alive
+
+    data = plan_data("single-node")
+    data["deployments"][0]["argv"] = ESCAPING_SERVER
+    data["client"].update(argv=WRITE_THREE, preflight_argv=None)
+    attempt_dir, job_id = submit(tmp_path, data, "escaped-daemon")
+    wait_state(attempt_dir, ("done",), 150)
+    wait_job_gone(job_id)
+    pid = int((attempt_dir / "escaped.pid").read_text())
+    try:
+        report = read(attempt_dir, "cleanup.json")
+        node = read(attempt_dir, "steps/deploy-small-0.started.json")["node"]  # whichever node Slurm gave
+        recorded = [p["pid"] for p in read(attempt_dir, f"steps/tree-{node}.json")["tree"]]
+        found = {p["pid"]: p for p in report["leftovers_found"]}
+        assert (("succeeded", "ok"), False, True) == (outcome(attempt_dir), _alive(pid), pid in recorded)
+        assert pid not in found or "process_tree" in found[pid]["seen_by"]
+        assert ("clean", "ran") == (report["verdict"], report["methods"][node]["process_tree"])
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)

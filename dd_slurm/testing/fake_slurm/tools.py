@@ -290,6 +290,18 @@ def scontrol(fake: FakeSlurm, argv: list[str]) -> int:
 
         print("\n".join(expand_hostlist(argv[2])))
         return 0
+    if argv[:3] == ["show", "job", "-o"] and len(argv) == 4:
+        job = fake.read()["jobs"].get(argv[3])
+        if job is None:
+            print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+            return 1
+        state = derive(fake, job)[0].split()[0]
+        print(f"JobId={job['id']} JobName={job['name']} JobState={state} TimeLimit=00:10:00 "
+              f"EndTime={job.get('end_time') or 'Unknown'} Partition=debug")
+        return 0
+    if argv == ["show", "config"]:
+        print("Configuration data as of 2026-01-01T00:00:00\nKillWait                = 5 sec\nMinJobAge               = 30 sec")
+        return 0
     print(f"scontrol: error: fake scontrol does not implement {' '.join(argv)}", file=sys.stderr)
     return 1
 

@@ -1,0 +1,208 @@
+"""The bundle's entry point (copied to BUNDLE/entry.py). Standard library only, and in this order:
+
+1. record SIGTERM, SIGINT, SIGUSR1 and SIGHUP (the rendered boot has usually done so already, as
+   its first instruction; the SignalGate adopts what was recorded);
+2. verify the manifest against the digest the caller expects and every file against the manifest,
+   before anything of the bundle is imported;
+3. only then put lib/ on sys.path and run the command.
+
+The rendered boot checks this file's own sha256 before running it, so the chain of trust is:
+the attempt's script (rendered when staged) -> entry.py -> manifest.json -> every file, bytecode
+included. Imported by manifest.py for `verify` and `manifest_digest`, it does nothing else.
+"""
+
+import _signal  # the C module: `signal` would import enum first
+
+RECORDED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGUSR1, _signal.SIGHUP)
+if __name__ == "__main__" and "_DD_SLURM_EARLY_SIGNALS" not in globals():  # run without the boot
+    _DD_SLURM_EARLY_SIGNALS: list = []
+    for _signo in RECORDED:
+        _signal.signal(_signo, lambda signo, _frame: _DD_SLURM_EARLY_SIGNALS.append(signo))
+
+import hashlib  # noqa: E402 - after the handlers, on purpose
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+MANIFEST_NAME = "manifest.json"
+FORMAT = 2
+EXIT_UNVERIFIED = 4
+# What the short on-node commands (_step, _probe, _identity, _scan) import from the bundle: all they
+# verify, all they may import. The long-lived gateway (_gateway) verifies the whole bundle, as `run` does.
+NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.stepexec", "dd_slurm.runtime.leftover_scan",
+                "dd_slurm.runtime.listeners", "dd_slurm.store", "dd_slurm.store.atomic")
+GATEWAY_COMMAND = "_gateway"
+_HEX = frozenset("0123456789abcdef")
+
+
+def manifest_digest(manifest: dict) -> str:
+    covered = {"format": manifest["format"], "version": manifest["version"], "files": manifest["files"]}
+    return hashlib.sha256(json.dumps(covered, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _is_sha256(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
+
+
+def _shape_problem(manifest: object) -> str:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return f"{MANIFEST_NAME}: not a format {FORMAT} manifest"
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not isinstance(manifest.get("version"), str):
+        return f"{MANIFEST_NAME}: files/version missing"
+    for rel, digest in files.items():
+        parts = rel.split("/")
+        if rel.startswith("/") or ".." in parts or "" in parts or not _is_sha256(digest):
+            return f"{MANIFEST_NAME}: bad entry {rel[:80]!r}"
+    return ""
+
+
+def module_files(modules: tuple) -> set:
+    """Bundle-relative source and bytecode paths of modules (packages as their __init__)."""
+    files = set()
+    for name in modules:
+        parts = name.split(".")
+        package = name in ("dd_slurm", "dd_slurm.runtime", "dd_slurm.store")
+        directory = "/".join(["lib", *parts]) if package else "/".join(["lib", *parts[:-1]])
+        stem = "__init__" if package else parts[-1]
+        files |= {f"{directory}/{stem}.py", f"{directory}/__pycache__/{stem}.{sys.implementation.cache_tag}.pyc"}
+    return files
+
+
+def verify(bundle_dir: str, expected_digest: str = "", only: frozenset = frozenset()) -> list:
+    """Problems found (empty when intact): the manifest's digest against its contents and the
+    expected digest, every listed file's sha256, and no file that the manifest does not list.
+    `only`: check just these files (and that none of them exists unlisted)."""
+    try:
+        with open(os.path.join(bundle_dir, MANIFEST_NAME), "rb") as handle:
+            manifest = json.loads(handle.read())
+    except (OSError, ValueError) as err:
+        return [f"{MANIFEST_NAME}: unreadable ({err})"]
+    shape = _shape_problem(manifest)
+    if shape:
+        return [shape]
+    problems = []
+    if manifest_digest(manifest) != manifest.get("digest"):
+        problems.append(f"{MANIFEST_NAME}: digest does not match its contents")
+    if expected_digest and manifest.get("digest") != expected_digest:
+        problems.append(f"{MANIFEST_NAME}: digest {manifest.get('digest')} is not the expected {expected_digest}")
+    return problems + _file_problems(bundle_dir, manifest["files"], only)
+
+
+def _file_problems(bundle_dir: str, files: dict, only: frozenset) -> list:
+    problems = []
+    for rel, digest in files.items():
+        if only and rel not in only:
+            continue
+        try:
+            with open(os.path.join(bundle_dir, rel), "rb") as handle:
+                actual = hashlib.sha256(handle.read()).hexdigest()
+        except OSError:
+            problems.append(f"{rel}: missing")
+            continue
+        if actual != digest:
+            problems.append(f"{rel}: checksum mismatch")
+    listed = set(files) | {MANIFEST_NAME}
+    if only:
+        return problems + [f"{rel}: not in the manifest" for rel in sorted(only - listed)
+                           if os.path.exists(os.path.join(bundle_dir, rel))]
+    for root, _dirs, names in os.walk(bundle_dir):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), bundle_dir)
+            if rel not in listed:
+                problems.append(f"{rel}: not in the manifest")
+    return problems
+
+
+class OnlyVerified:
+    """An import hook for on-node commands: no dd_slurm module beyond the verified ones loads."""
+
+    def __init__(self, allowed: tuple) -> None:
+        self.allowed = allowed
+
+    def find_spec(self, name: str, _path: object = None, _target: object = None) -> None:
+        if (name == "dd_slurm" or name.startswith("dd_slurm.")) and name not in self.allowed:
+            raise ImportError(f"{name} is not verified for on-node commands (see entry.NODE_MODULES)")
+        return None
+
+
+def _record_refusal(attempt_dir: str, problem: str) -> None:
+    """An attempt nobody has started yet ends `failed/bundle_checksum` without running any bundle
+    code: the same journal lines and report the runtime writes (an attempt already under way, or
+    under supervision, is left alone)."""
+    import time
+    from datetime import datetime, timezone
+
+    journal, lock = os.path.join(attempt_dir, "journal.jsonl"), os.path.join(attempt_dir, "supervisor.lock")
+    if os.path.exists(journal):
+        return
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except OSError:
+        return
+    try:
+        now = time.time()
+        stamp = datetime.fromtimestamp(now, tz=timezone.utc).isoformat(timespec="milliseconds")
+        common = {"kind": "transition", "outcome": "failed", "reason": "bundle_checksum", "detail": problem,
+                  "time": stamp, "ts": now}
+        lines = [dict(common, seq=0, trigger="fail", to="cleanup", **{"from": "staged"}),
+                 dict(common, seq=1, trigger="finish", to="done", **{"from": "cleanup"})]
+        report = {"runs": 1, "outcome": "failed", "reason": "bundle_checksum", "processes": [], "problems": [],
+                  "leftovers_found": [], "leftovers_killed": [], "leftovers_after": [], "methods": {},
+                  "notes": ["the bundle failed verification: nothing of it ran and nothing was started"],
+                  "verdict": "clean", "seconds": 0.0, "finished": True}
+        _write(os.path.join(attempt_dir, "cleanup.json"), json.dumps(report, indent=1, sort_keys=True) + "\n")
+        _write(journal, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    finally:
+        os.close(fd)
+        os.unlink(lock)
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.entry.tmp"
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _expected_digest(argv: list) -> str:
+    passed = globals().get("_DD_SLURM_BUNDLE_DIGEST") or ""
+    if "--bundle-digest" in argv[:-1]:
+        passed = passed or argv[argv.index("--bundle-digest") + 1]
+    return passed
+
+
+def main(argv: list) -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    expected = _expected_digest(argv)
+    node_command = len(argv) > 1 and argv[1].startswith("_") and argv[1] != GATEWAY_COMMAND
+    # On-node commands verify the manifest and the few modules they may import (and import no other).
+    only = frozenset(module_files(NODE_MODULES)) if node_command else frozenset()
+    problems = verify(here, expected, only) if expected else ["no expected bundle digest was given"]
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        message = f"bundle {here}: {problems[0]}{more}"
+        if len(argv) > 2 and argv[1] in ("run", "advance"):
+            _record_refusal(argv[2], message)
+        print(f"error: {message}; nothing of the bundle ran", file=sys.stderr, flush=True)
+        return EXIT_UNVERIFIED
+    sys.path.insert(0, os.path.join(here, "lib"))
+    if node_command:
+        sys.meta_path.insert(0, OnlyVerified(NODE_MODULES))
+        from dd_slurm.runtime.stepexec import main as node_main
+
+        return node_main(argv[1:])
+    if len(argv) > 1 and argv[1] == GATEWAY_COMMAND:
+        from dd_slurm.gateway.__main__ import main as gateway_main
+
+        return gateway_main(argv[2:])
+    from dd_slurm.cli import main as cli_main
+
+    cli_main(early_signals=_DD_SLURM_EARLY_SIGNALS)  # noqa: F821 - set above or by the boot
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
