@@ -142,7 +142,7 @@ class SlurmCommands:
         from dd_slurm.scheduler.observe import all_live
 
         chunks = id_chunks(job_ids)
-        squeue = [row for chunk in chunks for row in parse.parse_squeue(self.squeue_text(chunk))]
+        squeue = [row for chunk in chunks for row in parse.parse_squeue(self.squeue_text(chunk), raw_ids=True)]
         if all_live(job_ids, squeue):
             return QueryResult(squeue, [], None, calls=len(chunks))
         sacct, error = self._sacct_rows(chunks)
@@ -156,7 +156,7 @@ class SlurmCommands:
                                           f"--format={parse.SACCT_FIELDS}"]).stdout
             except SchedulerError as err:
                 return None, str(err)
-            rows += parse.parse_sacct(text)
+            rows += parse.parse_sacct(text, raw_ids=True)
         return rows, None
 
     def squeue_text(self, chunk: str) -> str:

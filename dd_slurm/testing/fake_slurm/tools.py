@@ -171,12 +171,20 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
         state, _reason, exit_code = derive(fake, job)
         if state == "PENDING" and not job["state"]:
             continue  # real sacct has no record of a job that never started (fixtures/slurm/sacct-pending)
-        print("|".join([_display_id(job), state, exit_code, "None", job["name"]]))
+        fields = (args.format or SACCT_DEFAULT).split(",")
+        row = {"JobID": _display_id(job), "JobIDRaw": job["id"], "State": state, "ExitCode": exit_code,
+               "Reason": "None", "JobName": job["name"]}
+        print("|".join(row[f] for f in fields))
         if job["pid"]:
             cancelled = state.startswith("CANCELLED")
             step = ("CANCELLED", "0:15") if cancelled else (state, exit_code)
-            print("|".join([f"{job['id']}.batch", *step, "", "batch"]))
+            row = {"JobID": f"{job['id']}.batch", "JobIDRaw": f"{job['id']}.batch", "State": step[0],
+                   "ExitCode": step[1], "Reason": "", "JobName": "batch"}
+            print("|".join(row[f] for f in fields))
     return 0
+
+
+SACCT_DEFAULT = "JobID,JobName,State,ExitCode"
 
 
 def scancel(fake: FakeSlurm, argv: list[str]) -> int:
