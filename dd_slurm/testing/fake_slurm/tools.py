@@ -42,6 +42,9 @@ def main(tool: str, argv: list[str]) -> int:
                 work(fake, argv)
             finally:
                 sys.stdout = real
+        if tool == "sbatch" and fault.get("job"):  # what the created job then looks like
+            with fake.edit() as state:
+                state["jobs"][str(state["next_id"] - 1)].update(fault["job"])
     time.sleep(fault["hang"])
     sys.stdout.write(fault["stdout"])
     sys.stderr.write(fault["stderr"])
@@ -85,7 +88,8 @@ def start_job(fake: FakeSlurm, job_id: str, script: str, options: dict[str, Opti
     rc_file.parent.mkdir(exist_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "dd_slurm.testing.fake_slurm.runjob", str(rc_file), script, out],
                             env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
-                            start_new_session=True, stdin=subprocess.DEVNULL)
+                            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # like real sbatch, it returns at once
     fake.set_job(job_id, pid=proc.pid)
 
 
@@ -148,7 +152,8 @@ def squeue(fake: FakeSlurm, argv: list[str]) -> int:
         state, reason, _ = derive(fake, job)
         if state.split()[0] in TERMINAL and args.states != "all":
             continue
-        fields = {"%i": _display_id(job), "%A": job["id"], "%T": state.split()[0], "%r": reason, "%j": job["name"]}
+        fields = {"%i": _display_id(job), "%A": job["id"], "%F": job["id"], "%T": state.split()[0], "%r": reason,
+                  "%j": job["name"]}
         line = args.format
         for token, value in fields.items():
             line = line.replace(token, value)
@@ -162,11 +167,18 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
     p.add_argument("--parsable2", action="store_true")
     p.add_argument("--jobs")
     p.add_argument("--format")
+    p.add_argument("--name")
+    p.add_argument("--starttime")
+    p.add_argument("--allocations", "-X", action="store_true")
     args = p.parse_args(argv)
+    if not args.jobs and not args.starttime:
+        print("sacct: fake sacct wants --jobs or --starttime (real sacct defaults to today only)", file=sys.stderr)
+        return 1
     jobs = fake.read()["jobs"]
-    for job_id in _job_ids(args.jobs):
+    wanted = _job_ids(args.jobs) if args.jobs else [j["id"] for j in jobs.values() if j["name"] == args.name]
+    for job_id in wanted:
         job = jobs.get(job_id)
-        if not job or not job["in_sacct"]:
+        if not job or not job["in_sacct"] or (args.name and job["name"] != args.name):
             continue
         state, _reason, exit_code = derive(fake, job)
         if state == "PENDING" and not job["state"]:
@@ -175,7 +187,7 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
         row = {"JobID": _display_id(job), "JobIDRaw": job["id"], "State": state, "ExitCode": exit_code,
                "Reason": "None", "JobName": job["name"]}
         print("|".join(row[f] for f in fields))
-        if job["pid"]:
+        if job["pid"] and not args.allocations:
             cancelled = state.startswith("CANCELLED")
             step = ("CANCELLED", "0:15") if cancelled else (state, exit_code)
             row = {"JobID": f"{job['id']}.batch", "JobIDRaw": f"{job['id']}.batch", "State": step[0],
