@@ -14,11 +14,17 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 
 def emit(value: Any, as_json: bool, text: Callable[[Any], str]) -> None:
-    click.echo(json.dumps(value, indent=1, sort_keys=True) if as_json else text(value))
+    click.echo(json.dumps(value, indent=1, sort_keys=True) if as_json else printable(text(value)))
+
+
+def printable(text: str) -> str:
+    """Text any terminal can take: a lone surrogate (from a path or a damaged file) is escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    one_line = " / ".join(part for part in str(message).splitlines() if part.strip()) or "failed"
+    click.echo(f"error: {printable(one_line)}", err=True)
     sys.exit(code)
 
 
@@ -168,8 +174,10 @@ def submit(plan: str, workspace: str, as_json: bool) -> None:
 @click.option("--watch", is_flag=True, help="Keep observing until the attempt and the job have ended.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
 def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
-    """The attempt's state from disk plus a fresh scheduler observation."""
+    """The attempt's state from disk plus a fresh scheduler observation (exit 3 when the
+    scheduler cannot answer; what is on disk is still shown)."""
     from dd_slurm.control import status as do_status
+    from dd_slurm.errors import EXIT_SCHEDULER
     from dd_slurm.report import progress_line, status_text
     from dd_slurm.store.attempt_record import read_record
     from dd_slurm.store.view import attempt_dir as checked_dir
@@ -182,36 +190,40 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
         if as_json:
             click.echo(json.dumps(view, sort_keys=True, indent=None if watch else 1))
         elif not watch:
-            click.echo(status_text(view))
+            click.echo(printable(status_text(view)))
         else:
             line = progress_line(view, clock.wall() - submitted if submitted else None)
             if line[11:] != last:
-                click.echo(line)
+                click.echo(printable(line))
                 last = line[11:]
         if not watch or _finished(view):
             if watch and not as_json:
                 _explain_stop(view)
+            if view.get("scheduler_error") and not watch:
+                fail(f"scheduler unavailable: {view['scheduler_error']}", EXIT_SCHEDULER)
             return
         clock.sleep(interval)
 
 
 def _finished(view: dict) -> bool:
-    """Stop watching once the job has ended (the attempt is then done, or never will be), or
-    when there is no job to watch."""
+    """Stop watching once the effective outcome is known and the job has ended (the attempt is
+    then done, or never will be: its supervisor is gone), or when there is no job to watch."""
     scheduler = view.get("scheduler")
     if scheduler is None:
-        return True
-    return bool(scheduler.get("terminal"))
+        return not view.get("scheduler_error")
+    return view.get("effective") is not None and bool(scheduler.get("terminal"))
 
 
 def _explain_stop(view: dict) -> None:
-    from dd_slurm.report import disagreement
+    from dd_slurm.report import disagreement, effective_line
 
     if view.get("scheduler") is None:
         click.echo("not submitted: nothing to watch")
     problem = disagreement(view["attempt"], view.get("scheduler"))
     if problem:
         click.echo(f"warning: {problem}")
+    if (view.get("effective") or {}).get("from") == "scheduler":
+        click.echo(effective_line(view["effective"]))
 
 
 @cli.command()
@@ -236,7 +248,8 @@ def cancel(attempt_dir: str, as_json: bool) -> None:
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     out = do_cancel(checked_dir(attempt_dir), _commands(), _clock())
-    emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}")
+    emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}" if v["cancel_requested"]
+         else f"not cancelled: {v['ended']}")
 
 
 def _digests(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None) -> tuple[str, str]:
@@ -294,17 +307,24 @@ def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan
     click.echo(attempt.state)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The console script: every failure is one `error:` line and an exit code, never a traceback."""
     try:
-        cli.main(standalone_mode=False)
+        cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.ClickException as err:
-        err.show()
-        sys.exit(EXIT_INVALID if err.exit_code == 2 else err.exit_code)
+        fail(err.format_message(), EXIT_INVALID if err.exit_code == 2 else err.exit_code)
     except click.exceptions.Abort:
         fail("aborted", 130)
     except DdSlurmError as err:
         fail(str(err), err.exit_code)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except OSError as err:  # an unwritable or file-shaped workspace, a vanished attempt dir...
+        where = f"{err.filename}: " if err.filename else ""
+        fail(f"{where}{err.strerror or err}", EXIT_INVALID)
+    except RecursionError:
+        fail("input nested too deeply", EXIT_INVALID)
+    except Exception as err:  # noqa: BLE001 - a bug: still one line, and said to be ours
+        fail(f"internal error ({type(err).__name__}: {err}); please report it", 1)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple, Optional
 
 from dd_slurm.clock import Clock, slurm_time
-from dd_slurm.errors import (InvalidInput, OutputError, SchedulerError, ToolFailed, ToolMissing, ToolTimeout,
-                             Transient)
+from dd_slurm.errors import (InvalidInput, OutputError, SchedulerError, SubmissionUnknown, ToolFailed, ToolMissing,
+                             ToolTimeout, Transient)
 from dd_slurm.scheduler import parse
 
 TOOLS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "srun")
@@ -185,8 +185,8 @@ class SlurmCommands:
             out = self.run("sacct", ["--noheader", "--parsable2", "--allocations", f"--name={job_name}",
                                      f"--starttime={start}", "--format=JobID"]).stdout
         except SchedulerError as err:
-            raise type(err)(f"{why}; and whether job {job_name} exists is unknown ({err}): not resubmitted; "
-                            f"check squeue/sacct --name={job_name}") from None
+            raise SubmissionUnknown(f"{why}; and whether job {job_name} exists is unknown ({err}): not "
+                                    f"resubmitted; check squeue/sacct --name={job_name}") from None
         for line in out.splitlines():
             token = line.strip().split("_")[0].split("+")[0].split(".")[0]
             if parse.is_job_number(token):

@@ -125,7 +125,9 @@ def test_an_unanswerable_lookup_never_resubmits(fake_slurm, fake_commands, tmp_p
     fake_slurm.add_fault("sbatch", exit=1, stderr=AMBIGUOUS[0] + "\n")
     fake_slurm.add_fault("sacct", exit=1, stderr="sacct: error: Problem talking to the database: Connection refused\n",
                          times=3)
-    with pytest.raises(Transient) as caught:
+    from dd_slurm.errors import SubmissionUnknown
+
+    with pytest.raises(SubmissionUnknown) as caught:
         fake_commands.submit(_script(tmp_path, "dd-amb-3"), "dd-amb-3")
     assert 1 == len(fake_slurm.calls("sbatch"))
     assert "not resubmitted" in str(caught.value) and "--name=dd-amb-3" in str(caught.value)
