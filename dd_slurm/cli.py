@@ -326,5 +326,9 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"{where}{err.strerror or err}", EXIT_INVALID)
     except RecursionError:
         fail("input nested too deeply", EXIT_INVALID)
+    except ValueError as err:
+        if "null byte" not in str(err):  # click stats paths; no shell can pass a NUL, an in-process caller can
+            fail(f"internal error (ValueError: {err}); please report it", 1)
+        fail("a path cannot hold a NUL byte", EXIT_INVALID)
     except Exception as err:  # noqa: BLE001 - a bug: still one line, and said to be ours
         fail(f"internal error ({type(err).__name__}: {err}); please report it", 1)

@@ -21,6 +21,8 @@ MANIFEST_NAME = "result-manifest.json"
 
 def attempt_dir(path: str | Path) -> Path:
     directory = Path(path)
+    if "\0" in str(path):
+        raise AttemptDirError(f"{str(path)[:80]!r}: not an attempt directory (a path cannot hold a NUL byte)")
     if not directory.is_dir():
         raise AttemptDirError(f"{path}: not an attempt directory (it does not exist)")
     if not (directory / PLAN_NAME).is_file():
@@ -77,6 +79,8 @@ def checked_journal(path: Path) -> list[dict[str, Any]]:
         entries = read_journal(path)
     except RecursionError:
         raise AttemptDirError(f"{path}: an entry is nested too deeply") from None
+    except UnicodeDecodeError as err:
+        raise AttemptDirError(f"{path}: not UTF-8 text (byte {err.start})") from None
     for number, entry in enumerate(entries, 1):
         if not isinstance(entry, dict) or entry.get("kind") not in ("transition", "internal"):
             raise AttemptDirError(f"{path}:{number}: not a journal entry")
