@@ -28,8 +28,8 @@ UNSUPERVISED = ("preflight", "deploying", "ready", "client", "finalize")
 def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
                 environ: Mapping[str, str] = os.environ) -> Attempt:
     clock = Clock()
-    gate = SignalGate().install()
     commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
+    gate = SignalGate(lambda: commands.reached_time_limit(environ.get("SLURM_JOB_ID", ""))).install()
     session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
     write_supervisor_record(session.dir, "running")
     try:

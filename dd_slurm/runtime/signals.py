@@ -4,7 +4,7 @@ can never interrupt a spawn between the fork and the registration of the child."
 from __future__ import annotations
 
 import signal
-from typing import Optional
+from typing import Callable, Optional
 
 from dd_slurm.errors import AttemptFailure
 
@@ -17,10 +17,14 @@ OUTCOMES = {
 
 
 class SignalGate:
-    def __init__(self) -> None:
+    """`time_limit` (optional) answers, when SIGTERM is decided, whether Slurm sent it because the
+    job reached its time limit: then the outcome is timed_out/time_limit, not cancelled."""
+
+    def __init__(self, time_limit: Optional[Callable[[], bool]] = None) -> None:
         self.received: list[int] = []
         self.acted_on = 0
         self._previous: dict[int, object] = {}
+        self._time_limit = time_limit
 
     def install(self) -> "SignalGate":
         for signo in OUTCOMES:
@@ -43,6 +47,8 @@ class SignalGate:
         if signo is not None:
             self.acted_on = 1
             outcome, reason = OUTCOMES[signo]
+            if signo == signal.SIGTERM and self._time_limit and self._time_limit():
+                outcome, reason = "timed_out", "time_limit"
             raise AttemptFailure(reason, f"received {signal.Signals(signo).name}", outcome=outcome)
 
     def unheeded(self) -> list[str]:

@@ -106,18 +106,20 @@ class SlurmCommands:
                 return str(candidate)
         raise ToolMissing(f"{tool}: not found on PATH (set DD_SLURM_BIN_DIR)")
 
-    def run_once(self, tool: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> ToolResult:
+    def run_once(self, tool: str, args: list[str], extra_env: Mapping[str, str] | None = None,
+                 timeout_s: Optional[float] = None) -> ToolResult:
         argv = (self.executable(tool), *args)
+        timeout_s = timeout_s or self.timeout_s
         try:
             done = subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(extra_env or {})},
-                                  timeout=self.timeout_s,
+                                  timeout=timeout_s,
                                   stdin=subprocess.DEVNULL, errors="replace")
         except FileNotFoundError:
             raise ToolMissing(f"{tool}: {argv[0]} does not exist (check DD_SLURM_BIN_DIR)") from None
         except PermissionError:
             raise ToolMissing(f"{tool}: {argv[0]} is not executable") from None
         except subprocess.TimeoutExpired:
-            raise ToolTimeout(f"{tool}: no answer within {self.timeout_s:g}s") from None
+            raise ToolTimeout(f"{tool}: no answer within {timeout_s:g}s") from None
         return ToolResult(argv, done.returncode, done.stdout, done.stderr)
 
     def run(self, tool: str, args: list[str], ok_if: Optional[str] = None,
@@ -201,14 +203,17 @@ class SlurmCommands:
             note += f"; cancelled duplicate job(s) {', '.join(found[1:])}"
         return Submission(found[0], adopted=True, duplicates=tuple(found[1:]), note=note)
 
-    def job_reason(self, job_id: str) -> Optional[str]:
-        """squeue's reason for a job (`TimeLimit` while Slurm ends it at its time limit), one
-        quick call, no retries: None when squeue does not answer."""
+    def reached_time_limit(self, job_id: str) -> bool:
+        """Whether Slurm is ending the job at its time limit: squeue's reason is `TimeLimit` from
+        the moment it sends that SIGTERM (Slurm 22.05 has no SLURM_JOB_END_TIME to compare with).
+        One quick call, no retries: any failure answers False."""
+        if not _CANCEL_ID.match(job_id):
+            return False
         try:
-            result = self.run_once("squeue", ["--noheader", f"--jobs={job_id}", "--format=%r"])
+            result = self.run_once("squeue", ["--noheader", f"--jobs={job_id}", "--format=%r"], timeout_s=3.0)
         except SchedulerError:
-            return None
-        return result.stdout.strip() or None if result.returncode == 0 else None
+            return False
+        return result.returncode == 0 and result.stdout.strip() == "TimeLimit"
 
     def query(self, job_ids: list[str]) -> QueryResult:
         """One squeue, then one sacct unless squeue already shows every requested job live (sacct
