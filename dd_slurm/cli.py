@@ -106,6 +106,19 @@ def _commands(timeout_s: float = 30.0):
     return SlurmCommands.from_environ(Clock(), os.environ, timeout_s=timeout_s)
 
 
+class _LazyCommands:
+    """The command client, built (and its modules imported) only if a Slurm tool is needed: the
+    status of a finished attempt needs none, and runs from a fresh process."""
+
+    def __init__(self) -> None:
+        self._real = None
+
+    def __getattr__(self, name: str):
+        if self._real is None:
+            self._real = _commands()
+        return getattr(self._real, name)
+
+
 def _clock():
     from dd_slurm.clock import Clock
 
@@ -182,7 +195,7 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
     from dd_slurm.store.attempt_record import read_record
     from dd_slurm.store.view import attempt_dir as checked_dir
 
-    directory, clock, commands = checked_dir(attempt_dir), _clock(), _commands()
+    directory, clock, commands = checked_dir(attempt_dir), _clock(), _LazyCommands()
     submitted = read_record(directory).get("submitted_at")
     last = None
     while True:

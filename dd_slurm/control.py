@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import re
-import shutil
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput, SchedulerError, SubmissionUnknown
-from dd_slurm.scheduler.commands import QueryResult, SlurmCommands
-from dd_slurm.scheduler.observe import LagClock, Observation, index_rows, observe
-from dd_slurm.store.attempt_record import add_observation, read_record, settled, update_record
+from dd_slurm.store.attempt_record import JOB_ID, add_observation, read_record, settled, update_record
 from dd_slurm.store.view import READINESS_NAME, attempt_summary, read_readiness
 
-JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,7})?\Z", re.ASCII)
+if TYPE_CHECKING:  # imported when needed: a finished attempt's status calls no tool, parses nothing
+    from dd_slurm.scheduler.commands import QueryResult, SlurmCommands
+    from dd_slurm.scheduler.observe import LagClock, Observation
+
 # The scheduler's terminal states, as the attempt's outcome when its supervisor is gone
 SCHEDULER_OUTCOME = {"cancelled": "cancelled", "timeout": "timed_out", "deadline": "timed_out",
                      "preempted": "cancelled"}
 
 
-def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock,
+def submit(plan_path: str, workspace: str, commands: "SlurmCommands", clock: Clock,
            environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import stage
     from dd_slurm.plan import load_plan
@@ -52,6 +51,8 @@ def _after_failed_submit(attempt_dir: Path, err: BaseException) -> None:
     """Nothing was submitted (sbatch refused, or the name lookup proved no job exists): the staged
     attempt is removed. When that is unknown, it is kept, the error recorded and its dir named."""
     if not isinstance(err, SubmissionUnknown) and isinstance(err, (SchedulerError, InvalidInput)):
+        import shutil
+
         shutil.rmtree(attempt_dir, ignore_errors=True)
         err.args = (f"{err}; the staged attempt {attempt_dir.name} was removed",)
         return
@@ -63,19 +64,23 @@ def _after_failed_submit(attempt_dir: Path, err: BaseException) -> None:
     err.args = (f"{err}; the staged attempt is kept at {attempt_dir}",)
 
 
-def observations(result: QueryResult, job_ids: list[str], lag: LagClock) -> list[Observation]:
+def observations(result: "QueryResult", job_ids: list[str], lag: "LagClock") -> list["Observation"]:
+    from dd_slurm.scheduler.observe import index_rows, observe
+
     sacct = index_rows(result.sacct) if result.sacct is not None else None
     return observe(job_ids, index_rows(result.squeue), sacct, lag, result.sacct_error)
 
 
-def query(job_ids: list[str], commands: SlurmCommands, clock: Clock) -> list[Observation]:
+def query(job_ids: list[str], commands: "SlurmCommands", clock: Clock) -> list["Observation"]:
+    from dd_slurm.scheduler.observe import LagClock
+
     bad = [j for j in job_ids if not JOB_ID.match(j)]
     if bad:
         raise InvalidInput(f"job id {bad[0][:40]!r}: expected digits, or digits_digits for an array task")
     return observations(commands.query(job_ids), job_ids, LagClock(clock.wall(), None))
 
 
-def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
+def status(attempt_dir: Path, commands: "SlurmCommands", clock: Clock) -> dict[str, Any]:
     """The attempt from disk, a scheduler observation (none needed once accounting's terminal
     record is persisted), readiness, and the effective outcome. A scheduler that cannot answer
     leaves `scheduler` null and says why in `scheduler_error` (the CLI then exits 3)."""
@@ -91,13 +96,15 @@ def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str
     return view
 
 
-def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Clock) -> Optional[dict]:
+def observe_attempt(attempt_dir: Path, record: dict, commands: "SlurmCommands", clock: Clock) -> Optional[dict]:
     job_id = record.get("job_id")
     if not job_id:
         return None
     final = settled(record)
     if final is not None:
         return final
+    from dd_slurm.scheduler.observe import LagClock
+
     now = clock.wall()
     seen = record.get("last_seen") or record.get("submitted_at") or now
     lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0), {job_id: seen})
@@ -118,7 +125,7 @@ def effective(attempt: dict[str, Any], obs: Optional[dict[str, Any]]) -> Optiona
     return {"outcome": SCHEDULER_OUTCOME.get(obs["state"], "failed"), "reason": "supervisor_lost", "from": "scheduler"}
 
 
-def cancel(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
+def cancel(attempt_dir: Path, commands: "SlurmCommands", clock: Clock) -> dict[str, Any]:
     """scancel, then record the request. An attempt that has ended (done, or its job terminal)
     is not cancelled and nothing is recorded; a failing scancel records nothing either."""
     record = read_record(attempt_dir)
@@ -135,12 +142,14 @@ def cancel(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str
     return {**out, "cancel_requested": True}
 
 
-def _ended(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Clock) -> Optional[str]:
+def _ended(attempt_dir: Path, record: dict, commands: "SlurmCommands", clock: Clock) -> Optional[str]:
     attempt = attempt_summary(attempt_dir)
     if attempt["state"] == "done":
         return f"the attempt is done ({attempt['outcome']}, {attempt['reason']})"
     final = settled(record)
     if final is None:
+        from dd_slurm.scheduler.observe import LagClock
+
         now = clock.wall()
         lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0),
                        {record["job_id"]: record.get("last_seen") or record.get("submitted_at") or now})
