@@ -244,3 +244,17 @@ def test_a_raw_task_id_finds_its_task() -> None:
     found = observe(["21"], index_rows(parse_squeue(squeue, raw_ids=True)), index_rows(parse_sacct(sacct, raw_ids=True)),
                     LagClock(0, None))
     assert [("17_1", "running", "squeue")] == [(o.job_id, o.state, o.source) for o in found]
+
+
+def test_watch_ends_on_the_effective_outcome(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
+    """`status --watch` of an attempt whose supervisor is gone stops as soon as the job has ended,
+    and says the effective outcome."""
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, "verified", "preflight", "deploying")
+    fake_job(fake_slurm, "1000", state="CANCELLED")
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    out = subprocess.run(dd_slurm_exe + ["status", "--watch", "--interval", "0.1", str(attempt)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert 0 == out.returncode, out.stderr
+    assert "=> cancelled (supervisor_lost)" in out.stdout.splitlines()[0]
+    assert "effective: cancelled (supervisor_lost" in out.stdout
