@@ -178,7 +178,8 @@ def submit(plan: str, workspace: str, as_json: bool) -> None:
     from dd_slurm.control import submit as do_submit
 
     out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
-    emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
+    emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}"
+         + (f"\nnote: {v['note']}" if v.get("note") else ""))
 
 
 @cli.command()

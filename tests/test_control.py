@@ -258,3 +258,14 @@ def test_watch_ends_on_the_effective_outcome(fake_slurm, tmp_path, dd_slurm_exe,
     assert 0 == out.returncode, out.stderr
     assert "=> cancelled (supervisor_lost)" in out.stdout.splitlines()[0]
     assert "effective: cancelled (supervisor_lost" in out.stdout
+
+
+def test_submit_says_when_it_adopted_a_job(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
+    """`submit` (text) prints the note when sbatch's answer was lost and the job was adopted."""
+    fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: Zero Bytes were transmitted or received\n",
+                         after_work=True, job={"held": True})
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    out = subprocess.run(dd_slurm_exe + ["submit", str(_plan_file(tmp_path)), "-w", str(tmp_path / "ws")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert (0, 1) == (out.returncode, len(fake_slurm.calls("sbatch")))
+    assert "submitted batch job 1000" in out.stdout and "note: sbatch's answer was ambiguous" in out.stdout
