@@ -68,6 +68,10 @@ def parse_job_token(token: str, tool: str, number: int) -> Optional[tuple[str, O
     """(job, task, het) for an allocation id; None for a step id (`123.batch`, `1234.0+0`)."""
     if token.isascii() and token.isdigit() and len(token) < 10 and token[0] != "0":
         return token, None, None
+    job, sep, task = token.partition("_")  # the common array task, `123_4`, without the regex
+    if sep and job.isascii() and job.isdigit() and len(job) < 10 and job[0] != "0" and task.isascii() \
+            and task.isdigit() and len(task) < 8:
+        return job, task, None
     match = _JOB.match(token)
     if not match or not is_job_number(match.group(1)):
         raise OutputError(f"{tool} line {number}: unrecognised job id {token[:60]!r}")
@@ -95,13 +99,16 @@ def _rows(text: str, tool: str, fields: int) -> Iterator[tuple[int, list[str]]]:
 def parse_squeue(text: str, raw_ids: bool = False) -> list[Row]:
     rows = []
     for number, parts in _rows(text, "squeue", 5 if raw_ids else 4):
-        job_id, state, reason, name = parts if not raw_ids else (parts[0], *parts[2:])
+        if raw_ids:
+            job_id, raw_text, state, reason, name = parts
+        else:
+            job_id, state, reason, name = parts
         parsed = parse_job_token(job_id.strip(), "squeue", number)
         if parsed is None:
             continue
         if not state.strip():
             raise OutputError(f"squeue line {number}: empty state")
-        raw = _raw_id(parts[1], "squeue", number) if raw_ids else None
+        raw = _raw_id(raw_text, "squeue", number) if raw_ids else None
         rows.append(Row(parsed[0], parsed[1], parsed[2], state.strip(), _reason(reason), name, raw=raw))
     return rows
 
@@ -111,7 +118,10 @@ def parse_sacct(text: str, raw_ids: bool = False) -> list[Row]:
     (a cancelled job reads `CANCELLED by 0|0:0`, its batch step `CANCELLED|0:15`)."""
     rows, batch_signal = [], {}
     for number, parts in _rows(text, "sacct", 6 if raw_ids else 5):
-        job_id, state, exit_code, reason, name = parts if not raw_ids else (parts[0], *parts[2:])
+        if raw_ids:
+            job_id, raw_text, state, exit_code, reason, name = parts
+        else:
+            job_id, state, exit_code, reason, name = parts
         token = job_id.strip()
         parsed = parse_job_token(token, "sacct", number)
         if not state.strip():
@@ -121,7 +131,7 @@ def parse_sacct(text: str, raw_ids: bool = False) -> list[Row]:
             if token.endswith(".batch") and sig:
                 batch_signal[token[: -len(".batch")]] = sig
             continue
-        raw = _raw_id(parts[1], "sacct", number) if raw_ids else None
+        raw = _raw_id(raw_text, "sacct", number) if raw_ids else None
         rows.append(Row(parsed[0], parsed[1], parsed[2], state.strip(), _reason(reason), name, code, sig, raw))
     if batch_signal:
         rows = [_with_batch_signal(row, batch_signal) for row in rows]
@@ -129,6 +139,8 @@ def parse_sacct(text: str, raw_ids: bool = False) -> list[Row]:
 
 
 def _raw_id(text: str, tool: str, number: int) -> Optional[str]:
+    if text.isascii() and text.isdigit() and len(text) < 10 and text[0] != "0":
+        return text
     text = text.strip()
     if is_job_number(text):
         return text

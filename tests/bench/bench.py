@@ -44,8 +44,10 @@ def timed(fn, runs: int) -> list[float]:
 def inputs() -> dict[str, str]:
     ids = [f"{1000 + i // 10}_{i % 10}" for i in range(ROWS)]
     return {
-        "sacct_ours": "".join(f"{j}|{STATES[i % 6]}|{i % 3}:0|None|job-{i // 10}\n" for i, j in enumerate(ids)),
-        "squeue_ours": "".join(f"{j}|RUNNING|None|job-{i // 10}\n" for i, j in enumerate(ids)),
+        # our formats carry each row's raw job id (squeue %A, sacct JobIDRaw)
+        "sacct_ours": "".join(f"{j}|{200_000 + i}|{STATES[i % 6]}|{i % 3}:0|None|job-{i // 10}\n"
+                              for i, j in enumerate(ids)),
+        "squeue_ours": "".join(f"{j}|{200_000 + i}|RUNNING|None|job-{i // 10}\n" for i, j in enumerate(ids)),
         "sacct_theirs": "".join(f"{j}|{STATES[i % 6].split()[0]}|{i % 3}:0\n" for i, j in enumerate(ids)),
         "squeue_theirs": "".join(f"{j}|RUNNING\n" for j in ids),
     }
@@ -78,8 +80,8 @@ print(json.dumps(out))
 def parse_benchmarks(data: dict[str, str], ref: str | None, tmp: Path) -> list[dict]:
     from dd_slurm.scheduler import parse
 
-    ours = {"sacct": timed(lambda: parse.parse_sacct(data["sacct_ours"]), 5),
-            "squeue": timed(lambda: parse.parse_squeue(data["squeue_ours"]), 5)}
+    ours = {"sacct": timed(lambda: parse.parse_sacct(data["sacct_ours"], raw_ids=True), 5),
+            "squeue": timed(lambda: parse.parse_squeue(data["squeue_ours"], raw_ids=True), 5)}
     theirs = {"sacct": [], "squeue": []}
     if ref:
         (tmp / "sacct").write_text(data["sacct_theirs"])
