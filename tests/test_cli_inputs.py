@@ -238,3 +238,14 @@ def test_any_attempt_path(command: str, path: str) -> None:
     code, _out, err = cli(command, path)
     assert "Traceback" not in err
     assert code == 2 and err.startswith("error: ")
+
+
+@pytest.mark.parametrize("command", ["status", "inspect"])
+@pytest.mark.parametrize("content", ['{"deployments": 5}', '{"deployments": {"a": 5}}', '{"endpoints": []}',
+                                     '{"schema": 1, "deployments": {"a": {"state": []}}}', "[]", DEEP, "{"])
+def test_a_damaged_readiness_record(template, tmp_path, command: str, content: str) -> None:
+    """readiness.json of the wrong shape (or not JSON): one error line, exit 2."""
+    attempt = copy_of(template, tmp_path)
+    (attempt / "readiness.json").write_text(content)
+    code, _out, err = cli(command, str(attempt))
+    assert_one_error(code, err)

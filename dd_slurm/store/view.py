@@ -67,7 +67,10 @@ def read_readiness(path: Path) -> Optional[dict[str, Any]]:
     from dd_slurm.store.readiness import validate_record
 
     record = read_json(path)
-    problems = validate_record(record) if record is not None else []
+    try:
+        problems = validate_record(record) if record is not None else []
+    except (AttributeError, TypeError, KeyError, ValueError):  # the validator expects the outer shape
+        problems = ["its fields have the wrong shape"]
     if problems:
         raise AttemptDirError(f"{path}: not a readiness record ({problems[0]})")
     return record
