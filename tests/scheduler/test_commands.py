@@ -12,7 +12,8 @@ from dd_slurm.scheduler.commands import SlurmCommands, id_chunks, tool_env
 
 def _script(tmp_path, name="dd-test-1", body="sleep 30", *extra):
     script = tmp_path / "job.sh"
-    script.write_text("\n".join(["#!/bin/bash", f'#SBATCH --job-name="{name}"', *extra, body]) + "\n")
+    output = [] if any("--output" in e for e in extra) else [f'#SBATCH --output="{tmp_path}/slurm-%j.out"']
+    script.write_text("\n".join(["#!/bin/bash", f'#SBATCH --job-name="{name}"', *output, *extra, body]) + "\n")
     return script
 
 
