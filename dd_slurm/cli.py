@@ -15,11 +15,17 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 
 
 def emit(value: Any, as_json: bool, text: Callable[[Any], str]) -> None:
-    click.echo(json.dumps(value, indent=1, sort_keys=True) if as_json else text(value))
+    click.echo(json.dumps(value, indent=1, sort_keys=True) if as_json else printable(text(value)))
+
+
+def printable(text: str) -> str:
+    """Text any terminal can take: a lone surrogate (from a path or a damaged file) is escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    one_line = " / ".join(part for part in str(message).splitlines() if part.strip()) or "failed"
+    click.echo(f"error: {printable(one_line)}", err=True)
     sys.exit(code)
 
 
@@ -141,6 +147,19 @@ def _commands(timeout_s: float = 30.0):
     return SlurmCommands.from_environ(Clock(), os.environ, timeout_s=timeout_s)
 
 
+class _LazyCommands:
+    """The command client, built (and its modules imported) only if a Slurm tool is needed: the
+    status of a finished attempt needs none, and runs from a fresh process."""
+
+    def __init__(self) -> None:
+        self._real = None
+
+    def __getattr__(self, name: str):
+        if self._real is None:
+            self._real = _commands()
+        return getattr(self._real, name)
+
+
 def _clock():
     from dd_slurm.clock import Clock
 
@@ -229,7 +248,8 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
     if wait and as_json:  # the whole output is JSON Lines
         click.echo(json.dumps(out, sort_keys=True))
     else:
-        emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}")
+        emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}"
+             + (f"\nnote: {v['note']}" if v.get("note") else ""))
     if wait and "shards" in out:
         _run_status(out["attempt_dir"], as_json, True, interval)
     if wait:
@@ -244,18 +264,23 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
               "one status object per observation.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
 def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
-    """The attempt's state from disk plus a fresh scheduler observation."""
+    """The attempt's state from disk plus a fresh scheduler observation (exit 3 when the
+    scheduler cannot answer; what is on disk is still shown)."""
     from dd_slurm.control import status as do_status
     from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     if is_run_dir(attempt_dir):
         return _run_status(attempt_dir, as_json, watch, interval)
-    directory, clock, commands = checked_dir(attempt_dir), _clock(), _commands()
+    directory, clock, commands = checked_dir(attempt_dir), _clock(), _LazyCommands()
     if not watch:
+        from dd_slurm.errors import EXIT_SCHEDULER
         from dd_slurm.report import status_text
 
-        emit(do_status(directory, commands, clock), as_json, status_text)
+        view = do_status(directory, commands, clock)
+        emit(view, as_json, status_text)
+        if view.get("scheduler_error"):
+            fail(f"scheduler unavailable: {view['scheduler_error']}", EXIT_SCHEDULER)
         return
     sys.exit(_follow(directory, clock, commands, interval, as_json))
 
@@ -315,7 +340,8 @@ def cancel(attempt_dir: str, as_json: bool) -> None:
     if is_run_dir(attempt_dir):  # a run: one scancel of its array
         from dd_slurm.runs_view import cancel_run as do_cancel  # type: ignore[assignment]
     out = do_cancel(checked_dir(attempt_dir, runs=True), _commands(), _clock())
-    emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}")
+    emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}" if v.get("cancel_requested", True)
+         else f"not cancelled: {v['ended']}")
 
 
 def _digests(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None) -> tuple[str, str]:
@@ -391,10 +417,11 @@ def _early_signals() -> list[int] | None:
     return (ctx.obj or {}).get("early_signals")
 
 
-def main(early_signals: list[int] | None = None) -> None:
-    """The console script; the bundle's entry.py passes the list its signal handlers record into."""
+def main(argv: list[str] | None = None, early_signals: list[int] | None = None) -> None:
+    """The console script (the bundle's entry.py passes the list its signal handlers record into):
+    every failure is one `error:` line and an exit code, never a traceback."""
     try:
-        cli.main(standalone_mode=False, obj={"early_signals": early_signals})
+        cli.main(args=argv, standalone_mode=False, obj={"early_signals": early_signals})
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.UsageError as err:  # one line and a hint, not click's four
@@ -408,3 +435,14 @@ def main(early_signals: list[int] | None = None) -> None:
         fail(str(err), err.exit_code)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except OSError as err:  # an unwritable or file-shaped workspace, a vanished attempt dir...
+        where = f"{err.filename}: " if err.filename else ""
+        fail(f"{where}{err.strerror or err}", EXIT_INVALID)
+    except RecursionError:
+        fail("input nested too deeply", EXIT_INVALID)
+    except ValueError as err:
+        if "null byte" not in str(err):  # click stats paths; no shell can pass a NUL, an in-process caller can
+            fail(f"internal error (ValueError: {err}); please report it", 1)
+        fail("a path cannot hold a NUL byte", EXIT_INVALID)
+    except Exception as err:  # noqa: BLE001 - a bug: still one line, and said to be ours
+        fail(f"internal error ({type(err).__name__}: {err}); please report it", 1)

@@ -44,3 +44,8 @@ class FakeClock(Clock):
 def iso(ts: float) -> str:
     """UTC ISO-8601 with milliseconds, for records read by people."""
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def slurm_time(ts: float) -> str:
+    """Local time as Slurm's time options take it (`--starttime=2026-12-01T08:17:28`)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from dd_slurm.clock import Clock
-from dd_slurm.errors import AttemptDirError, InvalidInput
-from dd_slurm.scheduler.commands import QueryResult, SlurmCommands
-from dd_slurm.scheduler.observe import LagClock, Observation, index_rows, observe
-from dd_slurm.store.attempt_record import read_record, update_record
-from dd_slurm.store.view import READINESS_NAME, attempt_summary, read_json
+from dd_slurm.errors import AttemptDirError, InvalidInput, SchedulerError, SubmissionUnknown
+from dd_slurm.store.attempt_record import JOB_ID, add_observation, read_record, settled, update_record
+from dd_slurm.store.view import READINESS_NAME, attempt_summary, read_readiness
 
-JOB_ID = re.compile(r"\d+(?:_\d+)?\Z")
+if TYPE_CHECKING:  # imported when needed: a finished attempt's status calls no tool, parses nothing
+    from dd_slurm.scheduler.commands import QueryResult, SlurmCommands
+    from dd_slurm.scheduler.observe import LagClock, Observation
+
+# The scheduler's terminal states, as the attempt's outcome when its supervisor is gone
+SCHEDULER_OUTCOME = {"cancelled": "cancelled", "timeout": "timed_out", "deadline": "timed_out",
+                     "preempted": "cancelled"}
 
 
-def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock,
+def submit(plan_path: str, workspace: str, commands: "SlurmCommands", clock: Clock,
            environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import stage
     from dd_slurm.plan import load_plan
@@ -31,60 +34,132 @@ def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock
 
         return submit_run(plan, workspace, commands, clock, {n: environ[n] for n in forwarded_names(plan)})
     staged = stage(plan, workspace, clock, commands.bin_dir)
+    started = clock.wall()
     try:
-        job_id = commands.submit(staged.script, staged.job_name, {n: environ[n] for n in forwarded_names(plan)})
+        done = commands.submit(staged.script, staged.job_name, {n: environ[n] for n in forwarded_names(plan)},
+                               since=started)
     except Exception as err:
-        with update_record(staged.attempt_dir) as record:
-            record["submit_error"] = str(err)
+        _after_failed_submit(staged.attempt_dir, err)
         raise
     with update_record(staged.attempt_dir) as record:
-        record.update(job_id=job_id, submitted_at=clock.wall())
-    return {"attempt_dir": str(staged.attempt_dir), "job_id": job_id}
+        record.update(job_id=done.job_id, submitted_at=started)
+        if done.adopted:
+            record["submission"] = {"adopted": True, "duplicates_cancelled": list(done.duplicates), "note": done.note}
+    out = {"attempt_dir": str(staged.attempt_dir), "job_id": done.job_id}
+    if done.note:
+        out["note"] = done.note
+    return out
 
 
-def observations(result: QueryResult, job_ids: list[str], lag: LagClock) -> list[Observation]:
+def _after_failed_submit(attempt_dir: Path, err: BaseException) -> None:
+    """Nothing was submitted (sbatch refused, or the name lookup proved no job exists): the staged
+    attempt is removed. When that is unknown, it is kept, the error recorded and its dir named."""
+    if not isinstance(err, SubmissionUnknown) and isinstance(err, (SchedulerError, InvalidInput)):
+        import shutil
+
+        shutil.rmtree(attempt_dir, ignore_errors=True)
+        err.args = (f"{err}; the staged attempt {attempt_dir.name} was removed",)
+        return
+    try:
+        with update_record(attempt_dir) as record:
+            record["submit_error"] = str(err)
+    except (OSError, AttemptDirError):
+        pass
+    err.args = (f"{err}; the staged attempt is kept at {attempt_dir}",)
+
+
+def observations(result: "QueryResult", job_ids: list[str], lag: "LagClock") -> list["Observation"]:
+    from dd_slurm.scheduler.observe import index_rows, observe
+
     sacct = index_rows(result.sacct) if result.sacct is not None else None
     return observe(job_ids, index_rows(result.squeue), sacct, lag, result.sacct_error)
 
 
-def query(job_ids: list[str], commands: SlurmCommands, clock: Clock) -> list[Observation]:
+def query(job_ids: list[str], commands: "SlurmCommands", clock: Clock) -> list["Observation"]:
+    from dd_slurm.scheduler.observe import LagClock
+
     bad = [j for j in job_ids if not JOB_ID.match(j)]
     if bad:
-        raise InvalidInput(f"job id {bad[0]!r}: expected digits, or digits_digits for an array task")
+        raise InvalidInput(f"job id {bad[0][:40]!r}: expected digits, or digits_digits for an array task")
     return observations(commands.query(job_ids), job_ids, LagClock(clock.wall(), None))
 
 
-def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
+def status(attempt_dir: Path, commands: "SlurmCommands", clock: Clock) -> dict[str, Any]:
+    """The attempt from disk, a scheduler observation (none needed once accounting's terminal
+    record is persisted), readiness, and the effective outcome. A scheduler that cannot answer
+    leaves `scheduler` null and says why in `scheduler_error` (the CLI then exits 3)."""
     summary = attempt_summary(attempt_dir)
     record = read_record(attempt_dir)
-    scheduler = observe_attempt(attempt_dir, record, commands, clock)
-    if scheduler and scheduler["terminal"] and summary["state"] != "done":
-        summary = attempt_summary(attempt_dir)  # the job may have ended between reading disk and asking
-    return {"attempt": summary, "scheduler": scheduler, "readiness": read_json(attempt_dir / READINESS_NAME)}
+    readiness = read_readiness(attempt_dir / READINESS_NAME)
+    view: dict[str, Any] = {"attempt": summary, "scheduler": None, "readiness": readiness}
+    try:
+        view["scheduler"] = observe_attempt(attempt_dir, record, commands, clock)
+    except SchedulerError as err:
+        view["scheduler_error"] = str(err)
+    if view["scheduler"] and view["scheduler"]["terminal"] and summary["state"] != "done":
+        view["attempt"] = summary = attempt_summary(attempt_dir)  # the job may have ended between reading and asking
+    view["effective"] = effective(summary, view["scheduler"])
+    return view
 
 
-def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Clock) -> Optional[dict]:
+def observe_attempt(attempt_dir: Path, record: dict, commands: "SlurmCommands", clock: Clock) -> Optional[dict]:
     job_id = record.get("job_id")
     if not job_id:
         return None
+    final = settled(record)
+    if final is not None:
+        return final
+    from dd_slurm.scheduler.observe import LagClock
+
     now = clock.wall()
     seen = record.get("last_seen") or record.get("submitted_at") or now
     lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0), {job_id: seen})
-    found = observations(commands.query([job_id]), [job_id], lag)
-    current = found[0].to_json()
+    current = observations(commands.query([job_id]), [job_id], lag)[0].to_json()
     with update_record(attempt_dir) as fresh:
-        fresh["observations"].append({"time": now, **current})
-        if current["source"] != "none":
-            fresh["last_seen"] = now
+        add_observation(fresh, now, current)
     return current
 
 
-def cancel(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
+def effective(attempt: dict[str, Any], obs: Optional[dict[str, Any]]) -> Optional[dict[str, str]]:
+    """The attempt's own outcome once it is done; null while the job lives; once the scheduler
+    says the job ended (or is lost) without the attempt reaching done, the supervisor is gone:
+    failed / cancelled / timed_out from the scheduler's state, reason `supervisor_lost`."""
+    if attempt.get("state") == "done" and attempt.get("outcome"):
+        return {"outcome": attempt["outcome"], "reason": attempt.get("reason") or "", "from": "attempt"}
+    if not obs or not obs.get("terminal"):
+        return None
+    return {"outcome": SCHEDULER_OUTCOME.get(obs["state"], "failed"), "reason": "supervisor_lost", "from": "scheduler"}
+
+
+def cancel(attempt_dir: Path, commands: "SlurmCommands", clock: Clock) -> dict[str, Any]:
+    """scancel, then record the request. An attempt that has ended (done, or its job terminal)
+    is not cancelled and nothing is recorded; a failing scancel records nothing either."""
     record = read_record(attempt_dir)
     job_id = record.get("job_id")
     if not job_id:
         raise AttemptDirError(f"{attempt_dir}: never submitted, nothing to cancel")
+    out = {"attempt_dir": str(attempt_dir), "job_id": job_id, "cancel_requested": False}
+    ended = _ended(attempt_dir, record, commands, clock)
+    if ended:
+        return {**out, "ended": ended}
+    commands.cancel(job_id)
     with update_record(attempt_dir) as fresh:
         fresh["cancel_requests"].append({"time": clock.wall()})
-    commands.cancel(job_id)
-    return {"attempt_dir": str(attempt_dir), "job_id": job_id, "cancel_requested": True}
+    return {**out, "cancel_requested": True}
+
+
+def _ended(attempt_dir: Path, record: dict, commands: "SlurmCommands", clock: Clock) -> Optional[str]:
+    attempt = attempt_summary(attempt_dir)
+    if attempt["state"] == "done":
+        return f"the attempt is done ({attempt['outcome']}, {attempt['reason']})"
+    final = settled(record)
+    if final is None:
+        from dd_slurm.scheduler.observe import LagClock
+
+        now = clock.wall()
+        lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0),
+                       {record["job_id"]: record.get("last_seen") or record.get("submitted_at") or now})
+        final = observations(commands.query([record["job_id"]]), [record["job_id"]], lag)[0].to_json()
+    if final["terminal"]:
+        return f"job {final['job_id']} has ended ({final['state']})"
+    return None

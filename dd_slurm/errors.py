@@ -59,6 +59,10 @@ class Transient(ToolFailed):
     """The controller could not be reached; worth a bounded retry."""
 
 
+class SubmissionUnknown(SchedulerError):
+    """sbatch's answer was ambiguous and the name lookup could not say whether a job exists."""
+
+
 class OutputError(SchedulerError):
     """The command's output could not be parsed; the message names the line."""
 

@@ -63,12 +63,28 @@ def disagreement(attempt: dict[str, Any], obs: dict[str, Any] | None) -> str | N
     return None
 
 
+def effective_line(effective: dict[str, Any] | None) -> str:
+    if not effective:
+        return "effective: not decided (the job lives, the attempt runs)"
+    if effective["from"] == "scheduler":
+        return (f"effective: {effective['outcome']} ({effective['reason']}: the job ended but its supervisor never "
+                f"finished the attempt)")
+    return f"effective: {effective['outcome']} ({effective['reason']})"
+
+
 def status_text(view: dict[str, Any]) -> str:
-    lines = [attempt_line(view["attempt"]), scheduler_line(view.get("scheduler"))]
+    lines = [attempt_line(view["attempt"])]
+    if view.get("scheduler_error"):
+        lines.append(f"scheduler: unavailable ({view['scheduler_error']})")
+    else:
+        lines.append(scheduler_line(view.get("scheduler")))
+    lines.append(effective_line(view.get("effective")))
     problem = disagreement(view["attempt"], view.get("scheduler"))
     if problem:
         lines.append(f"warning: {problem}")
     if view.get("readiness"):
-        lines += readiness_lines(view["readiness"])
+        stale = (view.get("effective") or {}).get("from") == "scheduler"
+        lines += [line + (" [stale: its supervisor is gone]" if stale and line.startswith("  ") else "")
+                  for line in readiness_lines(view["readiness"])]
     return "\n".join(lines)
 

@@ -151,16 +151,21 @@ def submit_run_dir(run_dir: Path, commands: Any, clock: Clock, forward: Mapping[
         if record.get("job_id") or record.get("submit_started_at"):
             raise InvalidInput(f"{run_dir}: already submitted (job {record.get('job_id') or '?'}); "
                                "submit the plan again for a new run")
-        record["submit_started_at"] = clock.wall()
+        record["submit_started_at"] = started = clock.wall()
     try:
-        job_id = commands.submit(Path(run_dir) / SCRIPT_NAME, record["job_name"], forward)
+        done = commands.submit(Path(run_dir) / SCRIPT_NAME, record["job_name"], forward, since=started)
     except Exception as err:
         with update_run(run_dir) as fresh:
             fresh.update(submit_error=str(err), submit_started_at=None)
         raise
     with update_run(run_dir) as fresh:
-        fresh.update(job_id=job_id, submitted_at=clock.wall())
-    return {"attempt_dir": str(run_dir), "job_id": job_id, "shards": [str(d) for d in shard_dirs(run_dir)]}
+        fresh.update(job_id=done.job_id, submitted_at=started)
+        if done.adopted:
+            fresh["submission"] = {"adopted": True, "duplicates_cancelled": list(done.duplicates), "note": done.note}
+    out = {"attempt_dir": str(run_dir), "job_id": done.job_id, "shards": [str(d) for d in shard_dirs(run_dir)]}
+    if done.note:
+        out["note"] = done.note
+    return out
 
 
 def submit_staged_run(run_dir: str, workspace: str, commands: Any, clock: Clock,

@@ -45,13 +45,23 @@ def submit_staged(attempt_dir: str, workspace: str, commands: SlurmCommands, clo
     if missing:
         raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
     record = claim(directory, clock)
+    started = record.get("submit_started_at") or clock.wall()
     try:
-        job_id = commands.submit(directory / SCRIPT_NAME, record["job_name"], {n: environ[n] for n in names})
-    except Exception as err:  # commands.submit raises only when no job was created: free the claim
+        done = commands.submit(directory / SCRIPT_NAME, record["job_name"], {n: environ[n] for n in names},
+                               since=started)
+    except Exception as err:
+        from dd_slurm.errors import SubmissionUnknown
+
         with update_record(directory) as fresh:
-            fresh.pop("submit_started_at", None)
+            if not isinstance(err, SubmissionUnknown):  # no job was created: free the claim
+                fresh.pop("submit_started_at", None)
             fresh["submit_error"] = str(err)
         raise
     with update_record(directory) as fresh:
-        fresh.update(job_id=job_id, submitted_at=clock.wall())
-    return {"attempt_dir": str(directory), "job_id": job_id}
+        fresh.update(job_id=done.job_id, submitted_at=started)
+        if done.adopted:
+            fresh["submission"] = {"adopted": True, "duplicates_cancelled": list(done.duplicates), "note": done.note}
+    out = {"attempt_dir": str(directory), "job_id": done.job_id}
+    if done.note:
+        out["note"] = done.note
+    return out

@@ -74,9 +74,12 @@ def progress(view: dict[str, Any], now: float) -> tuple[str, str]:
 
 def finished(view: dict[str, Any]) -> bool:
     """Stop once there is no job to watch, the job has ended (the attempt is then done, or never
-    will be), or the outcome was derived from the scheduler."""
+    will be), or the outcome was derived from the scheduler. A scheduler that could not answer
+    this round is asked again."""
     scheduler = view.get("scheduler")
-    if scheduler is None or scheduler.get("terminal"):
+    if scheduler is None:
+        return not view.get("scheduler_error")
+    if scheduler.get("terminal"):
         return True
     return (view.get("effective") or {}).get("from") == "scheduler"
 

@@ -43,11 +43,11 @@ def check_may_supervise(environ: Mapping[str, str], until: Optional[str]) -> Non
 def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
                 environ: Mapping[str, str] = os.environ, early_signals: Optional[list[int]] = None,
                 command: str = "run") -> Attempt:
-    gate = SignalGate(early_signals).install()
+    clock = Clock()
+    commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
+    gate = SignalGate(early_signals, lambda: commands.reached_time_limit(environ.get("SLURM_JOB_ID", ""))).install()
     try:
         check_may_supervise(environ, until)
-        clock = Clock()
-        commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
         lock = SupervisorLock(Path(attempt_dir), Holder.me(command, environ), job_live_via(
             lambda job: _observe(job, commands, clock)))
         lock.acquire()

@@ -4,7 +4,7 @@ can never interrupt a spawn between the fork and the registration of the child."
 from __future__ import annotations
 
 import signal
-from typing import Optional
+from typing import Callable, Optional
 
 from dd_slurm.errors import AttemptFailure
 
@@ -18,12 +18,15 @@ OUTCOMES = {
 
 class SignalGate:
     """`early`: the list the entry point's first instructions have been recording into; the gate
-    keeps appending to that same list, so a signal that came before the gate existed counts."""
+    keeps appending to that same list, so a signal that came before the gate existed counts.
+    `time_limit` (optional) answers, when SIGTERM is decided, whether Slurm sent it because the
+    job reached its time limit: then the outcome is timed_out/time_limit, not cancelled."""
 
-    def __init__(self, early: Optional[list[int]] = None) -> None:
+    def __init__(self, early: Optional[list[int]] = None, time_limit: Optional[Callable[[], bool]] = None) -> None:
         self.received: list[int] = early if early is not None else []
         self.acted_on = 0
         self._previous: dict[int, object] = {}
+        self._time_limit = time_limit
 
     def install(self) -> "SignalGate":
         for signo in OUTCOMES:
@@ -46,6 +49,8 @@ class SignalGate:
         if signo is not None:
             self.acted_on = 1
             outcome, reason = OUTCOMES[signo]
+            if signo == signal.SIGTERM and self._time_limit and self._time_limit():
+                outcome, reason = "timed_out", "time_limit"
             raise AttemptFailure(reason, f"received {signal.Signals(signo).name}", outcome=outcome)
 
     def unheeded(self) -> list[str]:

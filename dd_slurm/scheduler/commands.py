@@ -14,20 +14,36 @@ import subprocess
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple, Optional
 
-from dd_slurm.clock import Clock
-from dd_slurm.errors import SchedulerError, ToolFailed, ToolMissing, ToolTimeout, Transient
+from dd_slurm.clock import Clock, slurm_time
+from dd_slurm.errors import (InvalidInput, OutputError, SchedulerError, SubmissionUnknown, ToolFailed, ToolMissing,
+                             ToolTimeout, Transient)
 from dd_slurm.scheduler import parse
 
 TOOLS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "srun")
 MAX_ARG_CHARS = 100_000  # Linux caps one argument at 128 KiB (MAX_ARG_STRLEN)
 _TRANSIENT = re.compile(
     r"Socket timed out|Unable to contact slurm controller|Zero Bytes were transmitted|"
-    r"Resource temporarily unavailable|temporarily unable to accept job|Connection refused|"
+    r"Resource temporarily unavailable|temporarily unable to accept job|Connection refused|Connection reset|"
+    r"Connection timed out|Broken pipe|Transport endpoint|"
     r"slurm_load_jobs error: (?!Invalid job id)",
     re.IGNORECASE,
 )
 _INVALID_ID = "Invalid job id specified"
 _ALREADY_GONE = re.compile(r"already completing or completed|Invalid job id specified|Job/step already")
+
+
+_CANCEL_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,7})?(?:\.[0-9A-Za-z]{1,20})?\Z", re.ASCII)
+_SIGNAL = re.compile(r"[A-Z0-9]{1,10}\Z", re.ASCII)
+
+
+class Submission(NamedTuple):
+    """What sbatch created: the job id; `adopted` when it was found by name after an ambiguous
+    answer, with any duplicates of that name cancelled and named in `note`."""
+
+    job_id: str
+    adopted: bool = False
+    duplicates: tuple[str, ...] = ()
+    note: str = ""
 
 
 class ToolResult(NamedTuple):
@@ -90,18 +106,20 @@ class SlurmCommands:
                 return str(candidate)
         raise ToolMissing(f"{tool}: not found on PATH (set DD_SLURM_BIN_DIR)")
 
-    def run_once(self, tool: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> ToolResult:
+    def run_once(self, tool: str, args: list[str], extra_env: Mapping[str, str] | None = None,
+                 timeout_s: Optional[float] = None) -> ToolResult:
         argv = (self.executable(tool), *args)
+        timeout_s = timeout_s or self.timeout_s
         try:
             done = subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(extra_env or {})},
-                                  timeout=self.timeout_s,
+                                  timeout=timeout_s,
                                   stdin=subprocess.DEVNULL, errors="replace")
         except FileNotFoundError:
             raise ToolMissing(f"{tool}: {argv[0]} does not exist (check DD_SLURM_BIN_DIR)") from None
         except PermissionError:
             raise ToolMissing(f"{tool}: {argv[0]} is not executable") from None
         except subprocess.TimeoutExpired:
-            raise ToolTimeout(f"{tool}: no answer within {self.timeout_s:g}s") from None
+            raise ToolTimeout(f"{tool}: no answer within {timeout_s:g}s") from None
         return ToolResult(argv, done.returncode, done.stdout, done.stderr)
 
     def run(self, tool: str, args: list[str], ok_if: Optional[str] = None,
@@ -121,20 +139,81 @@ class SlurmCommands:
             delay *= 2
         raise AssertionError("unreachable")
 
-    def submit(self, script: Path, job_name: str, forward: Mapping[str, str] | None = None) -> str:
-        """sbatch --parsable (with the plan's forwarded variables, nothing else of ours). When the
-        outcome is ambiguous, look the unique name up before deciding."""
-        try:
-            return parse.parse_sbatch(self.run("sbatch", ["--parsable", str(script)], extra_env=forward).stdout)
-        except (ToolTimeout, Transient) as err:
-            found = self.find_by_name(job_name)
-            if len(found) == 1:
-                return found[0]
-            raise type(err)(f"{err}; and no job named {job_name} exists, so nothing was submitted") from None
+    def submit(self, script: Path, job_name: str, forward: Mapping[str, str] | None = None,
+               since: Optional[float] = None) -> "Submission":
+        """sbatch --parsable (with the plan's forwarded variables, nothing else of ours). sbatch is
+        never rerun before the unique job name has been looked up in squeue and sacct: an
+        ambiguous answer (a transport error, a timeout, unreadable output) may hide a job that
+        exists. Found: adopted (the first; any others are cancelled and named)."""
+        since = self.clock.wall() if since is None else since
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            job_id, problem, kind = self._sbatch_once(script, forward)
+            if job_id:
+                return Submission(job_id)
+            found = self.find_by_name(job_name, since, problem)
+            if found:
+                return self._adopt(found, problem)
+            if attempt == self.attempts:
+                raise kind(f"{problem}; no job named {job_name} exists in squeue or sacct, so nothing was submitted")
+            self.clock.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
 
-    def find_by_name(self, job_name: str) -> list[str]:
-        out = self.run("squeue", ["--noheader", "--states=all", f"--name={job_name}", "--format=%A"]).stdout
-        return sorted({line.strip() for line in out.splitlines() if line.strip().isdigit()})
+    def _sbatch_once(self, script: Path, forward: Mapping[str, str] | None) -> tuple[Optional[str], str, type]:
+        """(job id, "", _) or (None, what was ambiguous, its error type); a refusal raises ToolFailed."""
+        try:
+            result = self.run_once("sbatch", ["--parsable", str(script)], extra_env=forward)
+        except ToolTimeout as err:
+            return None, str(err), ToolTimeout
+        if result.returncode != 0:
+            message = f"sbatch exited {result.returncode}: {_one_line(result.stderr) or '(no stderr)'}"
+            if not _TRANSIENT.search(result.stderr):
+                raise ToolFailed(message)
+            return None, message, Transient
+        try:
+            return parse.parse_sbatch(result.stdout), "", Transient
+        except OutputError as err:
+            return None, str(err), OutputError
+
+    def find_by_name(self, job_name: str, since: float, why: str = "") -> list[str]:
+        """Job ids (array jobs by their array id) carrying this name: squeue --states=all, then
+        sacct since `since` (a short job may already have left the queue). Either failing means
+        the answer is unknown: SchedulerError, and nothing is resubmitted."""
+        try:
+            out = self.run("squeue", ["--noheader", "--states=all", f"--name={job_name}", "--format=%F"]).stdout
+            found = {line.strip() for line in out.splitlines() if parse.is_job_number(line.strip())}
+            start = slurm_time(since - 60)
+            out = self.run("sacct", ["--noheader", "--parsable2", "--allocations", f"--name={job_name}",
+                                     f"--starttime={start}", "--format=JobID"]).stdout
+        except SchedulerError as err:
+            raise SubmissionUnknown(f"{why}; and whether job {job_name} exists is unknown ({err}): not "
+                                    f"resubmitted; check squeue/sacct --name={job_name}") from None
+        for line in out.splitlines():
+            token = line.strip().split("_")[0].split("+")[0].split(".")[0]
+            if parse.is_job_number(token):
+                found.add(token)
+        return sorted(found, key=int)
+
+    def _adopt(self, found: list[str], why: str) -> "Submission":
+        note = f"sbatch's answer was ambiguous ({why}); adopted job {found[0]} found by its unique name"
+        for extra in found[1:]:
+            self.cancel(extra)
+        if found[1:]:
+            note += f"; cancelled duplicate job(s) {', '.join(found[1:])}"
+        return Submission(found[0], adopted=True, duplicates=tuple(found[1:]), note=note)
+
+    def reached_time_limit(self, job_id: str) -> bool:
+        """Whether Slurm is ending the job at its time limit: squeue's reason is `TimeLimit` from
+        the moment it sends that SIGTERM (Slurm 22.05 has no SLURM_JOB_END_TIME to compare with).
+        One quick call, no retries: any failure answers False."""
+        if not _CANCEL_ID.match(job_id):
+            return False
+        try:
+            result = self.run_once("squeue", ["--noheader", f"--jobs={job_id}", "--format=%r"], timeout_s=3.0)
+        except SchedulerError:
+            return False
+        return result.returncode == 0 and result.stdout.strip() == "TimeLimit"
 
     def query(self, job_ids: list[str]) -> QueryResult:
         """One squeue, then one sacct unless squeue already shows every requested job live (sacct
@@ -142,7 +221,7 @@ class SlurmCommands:
         from dd_slurm.scheduler.observe import all_live
 
         chunks = id_chunks(job_ids)
-        squeue = [row for chunk in chunks for row in parse.parse_squeue(self.squeue_text(chunk))]
+        squeue = [row for chunk in chunks for row in parse.parse_squeue(self.squeue_text(chunk), raw_ids=True)]
         if all_live(job_ids, squeue):
             return QueryResult(squeue, [], None, calls=len(chunks))
         sacct, error = self._sacct_rows(chunks)
@@ -156,7 +235,7 @@ class SlurmCommands:
                                           f"--format={parse.SACCT_FIELDS}"]).stdout
             except SchedulerError as err:
                 return None, str(err)
-            rows += parse.parse_sacct(text)
+            rows += parse.parse_sacct(text, raw_ids=True)
         return rows, None
 
     def squeue_text(self, chunk: str) -> str:
@@ -165,7 +244,10 @@ class SlurmCommands:
         return "" if result.returncode != 0 else result.stdout
 
     def cancel(self, job_id: str, signal: Optional[str] = None, batch_only: bool = False) -> None:
-        """scancel; a job or step that already ended is not an error."""
+        """scancel; a job or step that already ended is not an error. Only a job, task or step id
+        is ever passed (never an option, such as `--all`, read from a damaged record)."""
+        if not _CANCEL_ID.match(job_id) or (signal is not None and not _SIGNAL.match(signal)):
+            raise InvalidInput(f"scancel: refusing job id {job_id[:40]!r} / signal {signal!r}")
         args = [f"--signal={signal}"] if signal else []
         result = self.run_once("scancel", args + (["--batch"] if batch_only else []) + [job_id])
         if result.returncode != 0 and not _ALREADY_GONE.search(result.stderr):

@@ -69,17 +69,32 @@ def _key(row: Row) -> str:
 
 
 def all_live(requested: Iterable[str], squeue_rows: Iterable[Row]) -> bool:
-    """True when squeue lists every requested job (or task) by its own id in a non-terminal state.
-    Array parents never qualify: tasks that already left squeue are only in sacct."""
-    live = {_key(row) for row in squeue_rows if not row.is_range and not is_terminal(normalize_state(row.raw_state)[0])}
+    """True when squeue lists every requested job (or task) by its own id (or its raw id) in a
+    non-terminal state. Array parents never qualify: tasks that already left squeue are only in sacct."""
+    live: set[str] = set()
+    for row in squeue_rows:
+        if not row.is_range and not is_terminal(normalize_state(row.raw_state)[0]):
+            live.add(_key(row))
+            if row.raw:
+                live.add(row.raw)
     return all(job in live for job in requested)
 
 
-def keys_for(requested: str, *indexes: Mapping[str, str | Row]) -> list[str]:
-    """`123_4` is itself; `123` is the job, or every task/component of it that Slurm reports."""
+def raw_keys(*indexes: Mapping[str, Row]) -> dict[str, str]:
+    """Raw job id -> key, for array tasks and het components whose raw id is not their key
+    (task `123_2` may be job 125 to Slurm)."""
+    return {row.raw: key for index in indexes for key, row in index.items()
+            if row.raw and row.raw != key and not row.is_range}
+
+
+def keys_for(requested: str, *indexes: Mapping[str, str | Row], raw: Mapping[str, str] | None = None) -> list[str]:
+    """`123_4` is itself; `123` is the job, or every task/component of it that Slurm reports, or
+    else the task or component whose raw id it is."""
     if "_" in requested or any(requested in index for index in indexes):
         return [requested]
     found = {k for index in indexes for k in index if k.split("_")[0].split("+")[0] == requested}
+    if not found and raw and requested in raw:
+        return [raw[requested]]
     return sorted(found, key=_sort_key) or [requested]
 
 
@@ -97,9 +112,10 @@ def observe(
 ) -> list[Observation]:
     """One observation per job/task. `sacct` None means sacct could not answer (`sacct_error`)."""
     accounting = sacct or {}
+    raw = raw_keys(squeue, accounting)
     out = []
     for job_id in requested:
-        for key in keys_for(job_id, squeue, accounting):
+        for key in keys_for(job_id, squeue, accounting, raw=raw):
             out.append(observe_one(key, squeue.get(key), accounting.get(key), lag, sacct_error))
     return out
 

@@ -1,9 +1,12 @@
 """Parsers for sbatch --parsable, squeue and sacct output (pure functions, one pass each).
 
-Formats requested by `commands`:
-  squeue --noheader --format=%i|%T|%r|%j          job id | state | reason | name
-  sacct  --noheader --parsable2 --format=JobID,State,ExitCode,Reason,JobName
-A row that does not fit raises OutputError naming the line; blank and warning lines are skipped.
+Formats requested by `commands` (with `raw_ids=True`):
+  squeue --noheader --format=%i|%A|%T|%r|%j          job id | raw job id | state | reason | name
+  sacct  --noheader --parsable2 --format=JobID,JobIDRaw,State,ExitCode,Reason,JobName
+Without `raw_ids`, the older formats without the raw id column (`%i|%T|%r|%j`,
+`JobID,State,ExitCode,Reason,JobName`), as in the recorded fixtures. A row that does not fit raises
+OutputError naming the line; blank and warning lines are skipped. Numbers are ASCII digits of at
+most 10 characters (Slurm's ids are 32-bit), so no text can make `int()` itself fail.
 """
 
 from __future__ import annotations
@@ -13,15 +16,23 @@ from typing import Iterator, NamedTuple, Optional
 
 from dd_slurm.errors import OutputError
 
-SQUEUE_FORMAT = "%i|%T|%r|%j"
-SACCT_FIELDS = "JobID,State,ExitCode,Reason,JobName"
-_JOB = re.compile(r"(\d+)(?:_(\d+|\[[^\]]*\]))?(?:\+(\d+))?(?:\.([A-Za-z0-9_-]+))?\Z")
-_EXIT = re.compile(r"(\d+):(\d+)\Z")
+SQUEUE_FORMAT = "%i|%A|%T|%r|%j"
+SACCT_FIELDS = "JobID,JobIDRaw,State,ExitCode,Reason,JobName"
+SQUEUE_FORMAT_NO_RAW = "%i|%T|%r|%j"
+SACCT_FIELDS_NO_RAW = "JobID,State,ExitCode,Reason,JobName"
+MAX_ID = 2**32 - 1
+MAX_ARRAY_TASKS = 4_000_001  # Slurm's upper bound for MaxArraySize
+_NUM = r"[0-9]{1,10}"
+# job [_task | _[range]] [+het] [.step]; a step is anything after the dot (`.batch`, `.0+0`, `.ext+`)
+_JOB = re.compile(rf"({_NUM})(?:_({_NUM}|\[[^\]]*\]))?(?:\+({_NUM}))?(\..+)?\Z", re.ASCII)
+_SBATCH_ID = re.compile(r"[1-9][0-9]{0,9}\Z", re.ASCII)
+_EXIT = re.compile(rf"({_NUM}):({_NUM})\Z", re.ASCII)
 _WARNING = re.compile(r"^(sacct|squeue|slurm_\w+|WARNING|warning|error)\b")
 
 
 class Row(NamedTuple):
-    """One allocation row (steps are skipped). `task` is an array index, a range text, or None.
+    """One allocation row (steps are skipped). `task` is an array index, a range text, or None;
+    `raw` is Slurm's raw job id of the row (an array task's own id), when requested.
     A NamedTuple, not attrs: parsing 100,000 rows must stay well under a third of a second."""
 
     job: str
@@ -32,34 +43,46 @@ class Row(NamedTuple):
     name: str
     exit_code: Optional[int] = None
     signal: Optional[int] = None
+    raw: Optional[str] = None
 
     @property
     def is_range(self) -> bool:
         return self.task is not None and self.task.startswith("[")
 
 
+def is_job_number(token: str) -> bool:
+    """ASCII digits naming a job Slurm could have created: 1 .. 2**32-1, no leading zero."""
+    return bool(_SBATCH_ID.match(token)) and int(token) <= MAX_ID
+
+
 def parse_sbatch(stdout: str) -> str:
     """`--parsable` prints `jobid` or `jobid;cluster`, possibly after warning lines."""
-    for number, line in enumerate(stdout.splitlines(), 1):
+    for line in stdout.splitlines():
         token = line.strip().split(";", 1)[0]
-        if token.isdigit():
+        if is_job_number(token):
             return token
     raise OutputError(f"sbatch: no job id in output {stdout.strip()[:200]!r}")
 
 
 def parse_job_token(token: str, tool: str, number: int) -> Optional[tuple[str, Optional[str], Optional[int]]]:
-    """(job, task, het) for an allocation id; None for a step id (`123.batch`)."""
-    if token.isdigit():
+    """(job, task, het) for an allocation id; None for a step id (`123.batch`, `1234.0+0`)."""
+    if token.isascii() and token.isdigit() and len(token) < 10 and token[0] != "0":
         return token, None, None
-    job, sep, task = token.partition("_")
-    if sep and job.isdigit() and task.isdigit():
+    job, sep, task = token.partition("_")  # the common array task, `123_4`, without the regex
+    if sep and job.isascii() and job.isdigit() and len(job) < 10 and job[0] != "0" and task.isascii() \
+            and task.isdigit() and len(task) < 8:
         return job, task, None
     match = _JOB.match(token)
-    if not match:
-        raise OutputError(f"{tool} line {number}: unrecognised job id {token!r}")
+    if not match or not is_job_number(match.group(1)):
+        raise OutputError(f"{tool} line {number}: unrecognised job id {token[:60]!r}")
     job, task, het, step = match.groups()
     if step is not None:
         return None
+    if task is not None and task.startswith("["):
+        try:
+            count_tasks(task)
+        except OutputError as err:
+            raise OutputError(f"{tool} line {number}: {err}") from None
     return job, task, int(het) if het is not None else None
 
 
@@ -73,23 +96,32 @@ def _rows(text: str, tool: str, fields: int) -> Iterator[tuple[int, list[str]]]:
         yield number, parts
 
 
-def parse_squeue(text: str) -> list[Row]:
+def parse_squeue(text: str, raw_ids: bool = False) -> list[Row]:
     rows = []
-    for number, (job_id, state, reason, name) in _rows(text, "squeue", 4):
+    for number, parts in _rows(text, "squeue", 5 if raw_ids else 4):
+        if raw_ids:
+            job_id, raw_text, state, reason, name = parts
+        else:
+            job_id, state, reason, name = parts
         parsed = parse_job_token(job_id.strip(), "squeue", number)
         if parsed is None:
             continue
         if not state.strip():
             raise OutputError(f"squeue line {number}: empty state")
-        rows.append(Row(parsed[0], parsed[1], parsed[2], state.strip(), _reason(reason), name))
+        raw = _raw_id(raw_text, "squeue", number) if raw_ids else None
+        rows.append(Row(parsed[0], parsed[1], parsed[2], state.strip(), _reason(reason), name, raw=raw))
     return rows
 
 
-def parse_sacct(text: str) -> list[Row]:
+def parse_sacct(text: str, raw_ids: bool = False) -> list[Row]:
     """Allocation rows; a job's signal comes from its `.batch` step when the job row has none
     (a cancelled job reads `CANCELLED by 0|0:0`, its batch step `CANCELLED|0:15`)."""
     rows, batch_signal = [], {}
-    for number, (job_id, state, exit_code, reason, name) in _rows(text, "sacct", 5):
+    for number, parts in _rows(text, "sacct", 6 if raw_ids else 5):
+        if raw_ids:
+            job_id, raw_text, state, exit_code, reason, name = parts
+        else:
+            job_id, state, exit_code, reason, name = parts
         token = job_id.strip()
         parsed = parse_job_token(token, "sacct", number)
         if not state.strip():
@@ -99,10 +131,20 @@ def parse_sacct(text: str) -> list[Row]:
             if token.endswith(".batch") and sig:
                 batch_signal[token[: -len(".batch")]] = sig
             continue
-        rows.append(Row(parsed[0], parsed[1], parsed[2], state.strip(), _reason(reason), name, code, sig))
+        raw = _raw_id(raw_text, "sacct", number) if raw_ids else None
+        rows.append(Row(parsed[0], parsed[1], parsed[2], state.strip(), _reason(reason), name, code, sig, raw))
     if batch_signal:
         rows = [_with_batch_signal(row, batch_signal) for row in rows]
     return rows
+
+
+def _raw_id(text: str, tool: str, number: int) -> Optional[str]:
+    if text.isascii() and text.isdigit() and len(text) < 10 and text[0] != "0":
+        return text
+    text = text.strip()
+    if is_job_number(text):
+        return text
+    raise OutputError(f"{tool} line {number}: unrecognised raw job id {text[:60]!r}")
 
 
 def _with_batch_signal(row: Row, batch_signal: dict[str, int]) -> Row:
@@ -114,27 +156,46 @@ def _with_batch_signal(row: Row, batch_signal: dict[str, int]) -> Row:
 
 def parse_exit_code(text: str, number: int = 0) -> tuple[Optional[int], Optional[int]]:
     code, sep, sig = text.partition(":")
-    if sep and code.isdigit() and sig.isdigit():
+    if sep and code.isascii() and sig.isascii() and code.isdigit() and sig.isdigit() and len(code) < 11 > len(sig):
         return int(code), int(sig)
     text = text.strip()
     if not text:
         return None, None
     match = _EXIT.match(text)
     if not match:
-        raise OutputError(f"sacct line {number}: unrecognised exit code {text!r}")
+        raise OutputError(f"sacct line {number}: unrecognised exit code {text[:60]!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+def _spans(spec: str) -> Iterator[tuple[int, int, int]]:
+    """(low, high, step) of each part of `[2-9%2]` / `[1,3,5-7]` / `[0-6:3]`; OutputError if malformed."""
+    body = spec[1:-1] if spec.startswith("[") and spec.endswith("]") else spec
+    body = body.split("%", 1)[0]
+    for part in body.split(","):
+        span, _, step = part.partition(":")
+        low, dash, high = span.partition("-")
+        numbers = (low, high) if dash else (low,)
+        if not all(re.fullmatch(_NUM, n, re.ASCII) for n in numbers) or (step and not re.fullmatch(_NUM, step, re.ASCII)):
+            raise OutputError(f"unrecognised array range {spec[:60]!r}")
+        first, last, stride = int(low), int(high or low), int(step or 1)
+        if last < first or stride == 0 or last >= MAX_ARRAY_TASKS:
+            raise OutputError(f"unrecognised array range {spec[:60]!r}")
+        yield first, last, stride
+
+
+def count_tasks(spec: str) -> int:
+    total = sum((last - first) // stride + 1 for first, last, stride in _spans(spec))
+    if total > MAX_ARRAY_TASKS:
+        raise OutputError(f"array range {spec[:60]!r} names more than {MAX_ARRAY_TASKS:,} tasks")
+    return total
 
 
 def expand_tasks(spec: str) -> list[int]:
     """`[2-9%2]` -> 2..9; `[1,3,5-7]` -> 1,3,5,6,7. The `%N` throttle is not a task."""
-    body = spec.strip("[]").split("%", 1)[0]
+    count_tasks(spec)
     tasks: list[int] = []
-    for part in body.split(","):
-        span, _, step = part.partition(":")
-        low, _, high = span.partition("-")
-        if not low.isdigit() or not (high.isdigit() or not high) or not (step.isdigit() or not step) or step == "0":
-            raise OutputError(f"unrecognised array range {spec!r}")
-        tasks.extend(range(int(low), int(high or low) + 1, int(step or 1)))
+    for first, last, stride in _spans(spec):
+        tasks.extend(range(first, last + 1, stride))
     return tasks
 
 

@@ -1,4 +1,9 @@
-"""Slurm's job states mapped onto the contract's vocabulary. Unknown text is never guessed."""
+"""Slurm's job states mapped onto the contract's vocabulary. Unknown text is never guessed.
+
+squeue and sacct print one word per job: the base state, or a state flag shown instead of it.
+`EXPEDITING` (Slurm 25.11, expedited requeue) means the job is back in the queue, immediately
+eligible with the highest priority: it will run again, so it is `pending`, like `REQUEUED`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ STATE_MAP: dict[str, str] = {
     "PENDING": "pending",
     "CONFIGURING": "pending",
     "REQUEUED": "pending",
+    "EXPEDITING": "pending",
     "REQUEUE_FED": "pending",
     "REQUEUE_HOLD": "pending",
     "RESV_DEL_HOLD": "pending",

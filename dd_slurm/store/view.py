@@ -24,6 +24,8 @@ GATEWAY_STATS_NAME = "gateway-stats.json"
 def attempt_dir(path: str | Path, runs: bool = False) -> Path:
     """An existing attempt dir; with `runs`, a run of shards' dir is accepted too."""
     directory = Path(path)
+    if "\0" in str(path):
+        raise AttemptDirError(f"{str(path)[:80]!r}: not an attempt directory (a path cannot hold a NUL byte)")
     if not directory.is_dir():
         raise AttemptDirError(f"{path}: not an attempt directory (it does not exist)")
     if not (directory / PLAN_NAME).is_file():
@@ -34,17 +36,74 @@ def attempt_dir(path: str | Path, runs: bool = False) -> Path:
     return directory
 
 
-def read_json(path: Path) -> Optional[Any]:
+def read_json(path: Path, expect: type = dict) -> Optional[Any]:
+    """The JSON value in `path` (None when absent); anything unreadable, nested too deeply or not
+    of the expected shape is an AttemptDirError naming the file."""
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as err:
-        raise AttemptDirError(f"{path}: unreadable record ({err})") from None
+    except (OSError, ValueError, RecursionError) as err:
+        why = "nested too deeply" if isinstance(err, RecursionError) else str(err)[:200]
+        raise AttemptDirError(f"{path}: unreadable record ({why})") from None
+    if not isinstance(value, expect):
+        raise AttemptDirError(f"{path}: not a dd-slurm record (a JSON {getattr(expect, '__name__', 'value')} "
+                              f"of another shape was expected)")
+    return value
+
+
+def read_cleanup(path: Path) -> Optional[dict[str, Any]]:
+    """cleanup.json as the cleanup writes it: verdict text, runs a count, lists of objects/text."""
+    report = read_json(path)
+    if report is None:
+        return None
+    shapes = {"processes": dict, "problems": str, "leftovers_found": dict, "leftovers_killed": dict,
+              "leftovers_after": dict}
+    for key, item in shapes.items():
+        value = report.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
+            raise AttemptDirError(f"{path}: {key} must be a list of {item.__name__} values")
+    if not isinstance(report.get("verdict", ""), str) or isinstance(report.get("runs", 1), bool) \
+            or not isinstance(report.get("runs", 1), int):
+        raise AttemptDirError(f"{path}: verdict must be text and runs a count")
+    return report
+
+
+def read_readiness(path: Path) -> Optional[dict[str, Any]]:
+    from dd_slurm.store.readiness import validate_record
+
+    record = read_json(path)
+    try:
+        problems = validate_record(record) if record is not None else []
+    except (AttributeError, TypeError, KeyError, ValueError):  # the validator expects the outer shape
+        problems = ["its fields have the wrong shape"]
+    if problems:
+        raise AttemptDirError(f"{path}: not a readiness record ({problems[0]})")
+    return record
+
+
+def checked_journal(path: Path) -> list[dict[str, Any]]:
+    """Journal entries, each an object with a known kind, known states and a known outcome."""
+    try:
+        entries = read_journal(path)
+    except RecursionError:
+        raise AttemptDirError(f"{path}: an entry is nested too deeply") from None
+    except UnicodeDecodeError as err:
+        raise AttemptDirError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    for number, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict) or entry.get("kind") not in ("transition", "internal"):
+            raise AttemptDirError(f"{path}:{number}: not a journal entry")
+        if entry.get("from") not in T.STATES or entry.get("to") not in T.STATES:
+            raise AttemptDirError(f"{path}:{number}: unknown state {str(entry.get('to'))[:40]!r}")
+        if entry.get("outcome") is not None and entry.get("outcome") not in T.OUTCOMES:
+            raise AttemptDirError(f"{path}:{number}: unknown outcome {str(entry.get('outcome'))[:40]!r}")
+        if not isinstance(entry.get("reason") or "", str):
+            raise AttemptDirError(f"{path}:{number}: reason must be text")
+    return entries
 
 
 def attempt_summary(directory: Path) -> dict[str, Any]:
-    entries = read_journal(directory / JOURNAL_NAME)
+    entries = checked_journal(directory / JOURNAL_NAME)
     state = current_state(entries, T.INITIAL)
     end = final_entry(entries) if state == T.TERMINAL else None
     return {
@@ -59,7 +118,7 @@ def attempt_summary(directory: Path) -> dict[str, Any]:
 def inspect_attempt(directory: Path) -> dict[str, Any]:
     """A superset of `status --json`, read from disk only: `scheduler` is the last persisted
     observation (no scheduler call)."""
-    entries = read_journal(directory / JOURNAL_NAME)
+    entries = checked_journal(directory / JOURNAL_NAME)
     record = read_json(directory / RECORD_NAME)
     observations = (record or {}).get("observations") or []
     last = {k: v for k, v in observations[-1].items() if k != "time"} if observations else None
@@ -67,10 +126,10 @@ def inspect_attempt(directory: Path) -> dict[str, Any]:
         "attempt": attempt_summary(directory),
         "scheduler": last,
         "history": entries,
-        "readiness": read_json(directory / READINESS_NAME),
+        "readiness": read_readiness(directory / READINESS_NAME),
         "endpoints": read_json(directory / ENDPOINTS_NAME),
-        "processes": read_json(directory / PROCESSES_NAME),
-        "cleanup": read_json(directory / CLEANUP_NAME),
+        "processes": read_json(directory / PROCESSES_NAME, (dict, list)),
+        "cleanup": read_cleanup(directory / CLEANUP_NAME),
         "result": read_json(directory / MANIFEST_NAME),
         "gateway": read_json(directory / GATEWAY_STATS_NAME),
         "record": record,

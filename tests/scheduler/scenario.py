@@ -28,7 +28,7 @@ def submit_all(commands: SlurmCommands, directory: Path, prefix: str) -> dict[st
         lines = ["#!/bin/bash", f'#SBATCH --job-name="{prefix}{case}"', f'#SBATCH --output="{directory}/{case}.out"',
                  *(f"#SBATCH {d}" for d in extra), body]
         script.write_text("\n".join(lines) + "\n")
-        ids[case] = commands.submit(script, prefix + case)
+        ids[case] = commands.submit(script, prefix + case).job_id
     return ids
 
 

@@ -14,10 +14,8 @@ def _script(tmp_path, name="dd-test-1", body="sleep 30", *extra):
     """A batch script whose output goes to tmp_path (without --output, sbatch writes slurm-%j.out
     into the directory it runs in: here, wherever pytest was started)."""
     script = tmp_path / "job.sh"
-    lines = ["#!/bin/bash", f'#SBATCH --job-name="{name}"', *extra]
-    if not any("--output" in line for line in extra):
-        lines.append(f'#SBATCH --output="{tmp_path}/slurm-%j.out"')
-    script.write_text("\n".join(lines + [body]) + "\n")
+    output = [] if any("--output" in e for e in extra) else [f'#SBATCH --output="{tmp_path}/slurm-%j.out"']
+    script.write_text("\n".join(["#!/bin/bash", f'#SBATCH --job-name="{name}"', *output, *extra, body]) + "\n")
     return script
 
 
@@ -72,17 +70,80 @@ def test_ambiguous_submission_adopts_the_job_instead_of_submitting_twice(fake_sl
     no second sbatch runs."""
     fake_slurm.add_fault("sbatch", hang=5, after_work=True)
     commands = SlurmCommands(clock, str(fake_slurm.bin_dir), {}, timeout_s=1)
-    job_id = commands.submit(_script(tmp_path, "dd-unique-7"), "dd-unique-7")
+    job_id = commands.submit(_script(tmp_path, "dd-unique-7"), "dd-unique-7").job_id
     assert (["1000"], 1) == ([job_id], len(fake_slurm.calls("sbatch")))
 
 
 def test_ambiguous_submission_that_did_not_happen_is_an_error(fake_slurm, clock, tmp_path) -> None:
-    """sbatch timed out and no job carries the name: a clear error saying nothing was submitted."""
-    fake_slurm.add_fault("sbatch", hang=5)
+    """sbatch times out every time and no job carries the name: a clear error saying nothing was
+    submitted, after a name lookup before each rerun."""
+    fake_slurm.add_fault("sbatch", hang=5, times=3)
     commands = SlurmCommands(clock, str(fake_slurm.bin_dir), {}, timeout_s=1)
     with pytest.raises(ToolTimeout) as caught:
         commands.submit(_script(tmp_path, "dd-unique-8"), "dd-unique-8")
     assert "nothing was submitted" in str(caught.value)
+    tools = [c["tool"] for c in fake_slurm.read()["calls"]]
+    assert ["sbatch", "squeue", "sacct"] * 3 == tools
+
+
+AMBIGUOUS = [
+    "sbatch: error: Socket timed out on send/recv operation",
+    "sbatch: error: Batch job submission failed: Zero Bytes were transmitted or received",
+    "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+    "sbatch: error: slurm_persist_conn_open_without_init: failed to open persistent connection: Connection refused",
+    "sbatch: error: Batch job submission failed: Connection reset by peer",
+    "sbatch: error: Batch job submission failed: Resource temporarily unavailable",
+]
+
+
+@pytest.mark.parametrize("stderr", AMBIGUOUS)
+@pytest.mark.parametrize("in_squeue", [True, False], ids=["queued", "already-left-the-queue"])
+def test_a_created_job_behind_an_ambiguous_error_is_adopted_never_resubmitted(fake_slurm, fake_commands, tmp_path,
+                                                                             stderr, in_squeue) -> None:
+    """sbatch creates the job, then reports a transport error: the name is looked up in squeue
+    --states=all and in sacct (where alone a short job that left the queue is), the job is
+    adopted, and sbatch runs once."""
+    fake_slurm.add_fault("sbatch", exit=1, stderr=stderr + "\n", after_work=True, job={"in_squeue": in_squeue})
+    found = fake_commands.submit(_script(tmp_path, "dd-amb-1"), "dd-amb-1")
+    assert ("1000", True, (), 1) == (found.job_id, found.adopted, found.duplicates, len(fake_slurm.calls("sbatch")))
+    assert "adopted job 1000" in found.note
+
+
+def test_several_jobs_of_the_name_adopt_the_first_and_cancel_the_others(fake_slurm, fake_commands, tmp_path) -> None:
+    """An earlier lost submission left a job of the same unique name: the first is adopted, the
+    others are cancelled, and the note says so."""
+    script = _script(tmp_path, "dd-amb-2")
+    fake_slurm.add_fault("sbatch", exit=1, stderr=AMBIGUOUS[0] + "\n", after_work=True, times=2)
+    fake_commands.run_once("sbatch", ["--parsable", str(script)])  # the earlier, lost submission
+    found = fake_commands.submit(script, "dd-amb-2")
+    assert ("1000", ("1001",)) == (found.job_id, found.duplicates)
+    assert [["1001"]] == fake_slurm.calls("scancel")
+    assert "cancelled duplicate job(s) 1001" in found.note
+    assert fake_slurm.read()["jobs"]["1001"]["cancelled_by"] is not None
+
+
+def test_an_unanswerable_lookup_never_resubmits(fake_slurm, fake_commands, tmp_path) -> None:
+    """sbatch's answer was lost and sacct cannot say whether the job exists: no second sbatch,
+    and the error says to check by name."""
+    fake_slurm.add_fault("sbatch", exit=1, stderr=AMBIGUOUS[0] + "\n")
+    fake_slurm.add_fault("sacct", exit=1, stderr="sacct: error: Problem talking to the database: Connection refused\n",
+                         times=3)
+    from dd_slurm.errors import SubmissionUnknown
+
+    with pytest.raises(SubmissionUnknown) as caught:
+        fake_commands.submit(_script(tmp_path, "dd-amb-3"), "dd-amb-3")
+    assert 1 == len(fake_slurm.calls("sbatch"))
+    assert "not resubmitted" in str(caught.value) and "--name=dd-amb-3" in str(caught.value)
+
+
+@pytest.mark.parametrize("job_id", ["--all", "-1", "1 2", "", "0", "12;rm", "\u0661"])
+def test_scancel_gets_only_job_ids(fake_slurm, fake_commands, job_id) -> None:
+    """Whatever reaches cancel, scancel never sees an option or anything but a job/task/step id."""
+    from dd_slurm.errors import InvalidInput
+
+    with pytest.raises(InvalidInput):
+        fake_commands.cancel(job_id)
+    assert [] == fake_slurm.calls("scancel")
 
 
 def test_malformed_output_is_a_typed_error(fake_slurm, fake_commands) -> None:
@@ -127,7 +188,7 @@ def test_minimal_environment() -> None:
 
 def test_fake_job_runs_and_reports_its_exit_code(fake_slurm, fake_commands, tmp_path) -> None:
     """The fake really runs the script: exit 3 becomes FAILED 3:0 in sacct."""
-    job = fake_commands.submit(_script(tmp_path, "dd-x", "exit 3", f'#SBATCH --output="{tmp_path}/o"'), "dd-x")
+    job = fake_commands.submit(_script(tmp_path, "dd-x", "exit 3", f'#SBATCH --output="{tmp_path}/o"'), "dd-x").job_id
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         rows = fake_commands.query([job]).sacct

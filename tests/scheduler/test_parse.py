@@ -36,7 +36,8 @@ def test_recorded_real_output_normalizes_as_reviewed(version: str, case: str) ->
     reviewed observations in fixtures/slurm/expected/observations[-<version>].json."""
     output = recorded(version, case)
     tool = case.split("-")[0]
-    rows = (parse.parse_squeue if tool == "squeue" else parse.parse_sacct)(output["stdout"])
+    raw_ids = any("%A" in arg or "JobIDRaw" in arg for arg in output["command"])
+    rows = (parse.parse_squeue if tool == "squeue" else parse.parse_sacct)(output["stdout"], raw_ids=raw_ids)
     actual = [from_row(key, row, tool).to_json() for key, row in sorted(index_rows(rows).items())]
     assert expected(version)[case] == actual
     assert output["slurm_version"].startswith(f"slurm-wlm {version}.")
@@ -83,7 +84,7 @@ STATE_TABLE = {
     "PD": "pending", "R": "running", "CG": "completing", "CD": "completed", "CA": "cancelled", "F": "failed",
     "TO": "timeout", "NF": "node_fail", "OOM": "out_of_memory", "BF": "boot_fail", "DL": "deadline",
     "PR": "preempted", "S": "suspended", "ST": "suspended", "SE": "pending", "RQ": "pending",
-    "BRAND_NEW_STATE": "unknown", "": "unknown",
+    "EXPEDITING": "pending", "BRAND_NEW_STATE": "unknown", "": "unknown",
 }
 
 

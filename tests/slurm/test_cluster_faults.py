@@ -82,7 +82,7 @@ def test_a_killed_node_ends_its_job_as_node_fail(tmp_path, job_prefix, real_comm
 
     script = write_script(tmp_path, "nf", "sleep 600", f"--job-name={job_prefix}nf", "--nodelist=n3",
                           "--output=/dev/null", "--no-requeue")
-    job = real_commands.submit(script, f"{job_prefix}nf")
+    job = real_commands.submit(script, f"{job_prefix}nf").job_id
     wait_until(lambda: query([job], real_commands, Clock())[0].state == "running", 60, "the job running on n3")
     cluster.control("node-kill", "n3")
     try:

@@ -21,7 +21,7 @@ def _obs(commands, job_id):
 def test_held_job_is_pending_with_its_reason(tmp_path, job_prefix, real_commands) -> None:
     """A held job: pending, non-terminal, reason JobHeldUser."""
     script = write_script(tmp_path, "held", "sleep 1", f"--job-name={job_prefix}held", "--hold", "--output=/dev/null")
-    job = real_commands.submit(script, f"{job_prefix}held")
+    job = real_commands.submit(script, f"{job_prefix}held").job_id
     found = wait_until(lambda: _obs(real_commands, job), 20, "the held job in squeue")[0]
     assert ("pending", False, "JobHeldUser") == (found.state, found.terminal, found.reason)
 
@@ -29,7 +29,7 @@ def test_held_job_is_pending_with_its_reason(tmp_path, job_prefix, real_commands
 def test_running_then_completed(tmp_path, job_prefix, real_commands) -> None:
     """A short job is seen running, then completed with exit code 0 from sacct."""
     script = write_script(tmp_path, "ok", "sleep 3", f"--job-name={job_prefix}ok", "--output=/dev/null")
-    job = real_commands.submit(script, f"{job_prefix}ok")
+    job = real_commands.submit(script, f"{job_prefix}ok").job_id
     wait_until(lambda: _obs(real_commands, job)[0].state == "running", 30, "running")
     done = wait_until(lambda: [o for o in _obs(real_commands, job) if o.source == "sacct"], 60, "sacct record")[0]
     assert ("completed", True, 0) == (done.state, done.terminal, done.exit_code)
@@ -38,7 +38,7 @@ def test_running_then_completed(tmp_path, job_prefix, real_commands) -> None:
 def test_failed_with_exit_code(tmp_path, job_prefix, real_commands) -> None:
     """`exit 7` is failed with exit_code 7."""
     script = write_script(tmp_path, "bad", "exit 7", f"--job-name={job_prefix}bad", "--output=/dev/null")
-    job = real_commands.submit(script, f"{job_prefix}bad")
+    job = real_commands.submit(script, f"{job_prefix}bad").job_id
     done = wait_until(lambda: [o for o in _obs(real_commands, job) if o.source == "sacct" and o.terminal], 60, "failed")
     assert ("failed", 7) == (done[0].state, done[0].exit_code)
 
@@ -47,7 +47,7 @@ def test_array_with_throttle_is_expanded_per_task(tmp_path, job_prefix, real_com
     """`--array=1-6%2`: six observations, two running, four pending on JobArrayTaskLimit."""
     script = write_script(tmp_path, "arr", "sleep 60", f"--job-name={job_prefix}arr", "--array=1-6%2",
                           "--output=/dev/null")
-    job = real_commands.submit(script, f"{job_prefix}arr")
+    job = real_commands.submit(script, f"{job_prefix}arr").job_id
 
     def settled():
         found = _obs(real_commands, job)

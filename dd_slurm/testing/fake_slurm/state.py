@@ -42,14 +42,16 @@ class FakeSlurm:
             return json.loads(json.dumps(state))
 
     def add_fault(self, tool: str, exit: int = 1, stderr: str = "", stdout: str = "", hang: float = 0.0,
-                  times: int = 1, after_work: bool = False, match: str = "") -> None:
+                  times: int = 1, after_work: bool = False, match: str = "", job: dict | None = None) -> None:
         """The next `times` calls of `tool` answer like this instead of doing their work (or, with
-        `after_work`, after doing it: a submission that happened but whose answer was lost).
-        With `match`, only calls with that exact argument are affected."""
+        `after_work`, after doing it: a submission that happened but whose answer was lost, as
+        when sbatch creates the job and then reports `Socket timed out`). With `match`, only calls
+        with that exact argument are affected. `job` (sbatch after_work): fields of the created
+        job, such as `{"in_squeue": False}` for a job that already left the queue."""
         with self.edit() as state:
             faults = state["faults"].setdefault(tool, [])
             fault = {"exit": exit, "stderr": stderr, "stdout": stdout, "hang": hang, "after_work": after_work,
-                     "match": match}
+                     "match": match, "job": job or {}}
             faults += [fault] * times
 
     def set_job(self, job_id: str, **fields: Any) -> None:

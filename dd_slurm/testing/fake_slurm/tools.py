@@ -43,6 +43,9 @@ def main(tool: str, argv: list[str]) -> int:
                 work(fake, argv)
             finally:
                 sys.stdout = real
+        if tool == "sbatch" and fault.get("job"):  # what the created job then looks like
+            with fake.edit() as state:
+                state["jobs"][str(state["next_id"] - 1)].update(fault["job"])
     time.sleep(fault["hang"])
     sys.stdout.write(fault["stdout"])
     sys.stderr.write(fault["stderr"])
@@ -199,7 +202,8 @@ def squeue(fake: FakeSlurm, argv: list[str]) -> int:
         for display, state, reason, _ in _rows_of(fake, job):
             if state.split()[0] in TERMINAL and args.states != "all":
                 continue
-            fields = {"%i": display, "%A": job["id"], "%T": state.split()[0], "%r": reason, "%j": job["name"]}
+            fields = {"%i": display, "%A": job["id"], "%F": job["id"], "%T": state.split()[0], "%r": reason,
+                      "%j": job["name"]}
             line = args.format
             for token, value in fields.items():
                 line = line.replace(token, value)
@@ -219,22 +223,37 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
     p.add_argument("--parsable2", action="store_true")
     p.add_argument("--jobs")
     p.add_argument("--format")
+    p.add_argument("--name")
+    p.add_argument("--starttime")
+    p.add_argument("--allocations", "-X", action="store_true")
     args = p.parse_args(argv)
+    if not args.jobs and not args.starttime:
+        print("sacct: fake sacct wants --jobs or --starttime (real sacct defaults to today only)", file=sys.stderr)
+        return 1
     jobs = fake.read()["jobs"]
-    for job_id in _job_ids(args.jobs):
+    wanted = _job_ids(args.jobs) if args.jobs else [j["id"] for j in jobs.values() if j["name"] == args.name]
+    for job_id in wanted:
         job = jobs.get(job_id)
-        if not job or not job["in_sacct"]:
+        if not job or not job["in_sacct"] or (args.name and job["name"] != args.name):
             continue
         started = not job["array"] or any(t["pid"] for t in job.get("tasks", {}).values()) or job["state"]
+        fields = (args.format or SACCT_DEFAULT).split(",")
         for display, state, _reason, exit_code in _rows_of(fake, job):
             if (state == "PENDING" and not job["state"]) or not started:
                 continue  # real sacct has no record of a job that never started (fixtures/slurm/sacct-pending)
-            print("|".join([display, state, exit_code, "None", job["name"]]))
-            if job["pid"] or (job["array"] and "[" not in display):
+            row = {"JobID": display, "JobIDRaw": job["id"], "State": state, "ExitCode": exit_code,
+                   "Reason": "None", "JobName": job["name"]}
+            print("|".join(row[f] for f in fields))
+            if (job["pid"] or (job["array"] and "[" not in display)) and not args.allocations:
                 cancelled = state.startswith("CANCELLED")
                 step = ("CANCELLED", "0:15") if cancelled else (state, exit_code)
-                print("|".join([f"{display}.batch", *step, "", "batch"]))
+                row = {"JobID": f"{display}.batch", "JobIDRaw": f"{job['id']}.batch", "State": step[0],
+                       "ExitCode": step[1], "Reason": "", "JobName": "batch"}
+                print("|".join(row[f] for f in fields))
     return 0
+
+
+SACCT_DEFAULT = "JobID,JobName,State,ExitCode"
 
 
 def scancel(fake: FakeSlurm, argv: list[str]) -> int:

@@ -1,0 +1,271 @@
+"""Control-plane operations on fake Slurm: effective outcome (a dead supervisor), finished is
+finished (no scheduler call), concurrent status in time order, a scheduler that cannot answer,
+cancel of an ended attempt, failed submissions that leave nothing behind, raw task ids."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from dd_slurm import control
+from dd_slurm.clock import FakeClock
+from dd_slurm.errors import ToolFailed
+from dd_slurm.machine.journal import Journal
+from dd_slurm.scheduler.commands import QueryResult
+from dd_slurm.scheduler.parse import parse_squeue
+from dd_slurm.store.attempt_record import read_record, update_record
+from tests.runtime.harness import plan_data, stage_plan
+
+
+def staged(tmp_path: Path, job_id: str | None = None, **record):
+    attempt = stage_plan(tmp_path, plan_data()).attempt_dir
+    with update_record(attempt) as fresh:
+        fresh.update(job_id=job_id, submitted_at=1_700_000_000.0 if job_id else None, **record)
+    return attempt
+
+
+def journal_to(attempt: Path, *states: str, outcome: str | None = None, reason: str | None = None) -> None:
+    journal, previous = Journal(attempt, FakeClock()), "staged"
+    for state in states:
+        ending = state in ("cleanup", "done")
+        journal.append("transition", previous, state, "t", outcome=outcome if ending else None,
+                       reason=reason if ending else None)
+        previous = state
+
+
+def fake_job(fake_slurm, job_id: str, **fields) -> None:
+    with fake_slurm.edit() as state:
+        state["jobs"][job_id] = {"id": job_id, "name": "dd-x", "held": False, "array": None, "pid": None,
+                                 "cancelled_by": None, "in_squeue": True, "in_sacct": True, "state": None,
+                                 "reason": None, "exit": None, **fields}
+
+
+EFFECTIVE = [
+    # attempt state, attempt outcome/reason, scheduler state (None: no observation), expected effective
+    ("done", "succeeded", "ok", "completed", {"outcome": "succeeded", "reason": "ok", "from": "attempt"}),
+    ("done", "failed", "server_crashed", "running", {"outcome": "failed", "reason": "server_crashed", "from": "attempt"}),
+    ("client", None, None, "running", None),
+    ("client", None, None, "pending", None),
+    ("client", None, None, None, None),
+    ("client", None, None, "failed", {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"}),
+    ("deploying", None, None, "cancelled", {"outcome": "cancelled", "reason": "supervisor_lost", "from": "scheduler"}),
+    ("staged", None, None, "timeout", {"outcome": "timed_out", "reason": "supervisor_lost", "from": "scheduler"}),
+    ("client", None, None, "lost", {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"}),
+    ("client", None, None, "node_fail", {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"}),
+    ("client", None, None, "completed", {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"}),
+    ("ready", None, None, "out_of_memory", {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"}),
+]
+
+
+@pytest.mark.parametrize(("state", "outcome", "reason", "sched", "expected"), EFFECTIVE)
+def test_effective_outcome(state, outcome, reason, sched, expected) -> None:
+    """The attempt's own outcome once done; null while the job lives; from the scheduler's
+    terminal state, reason supervisor_lost, once the job ended without the attempt ending."""
+    from dd_slurm.scheduler.states import is_terminal
+
+    obs = {"state": sched, "terminal": is_terminal(sched)} if sched else None
+    assert expected == control.effective({"state": state, "outcome": outcome, "reason": reason}, obs)
+
+
+def test_a_dead_supervisor_shows_as_supervisor_lost(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """The job failed (its supervisor was SIGKILLed) while the attempt says client and readiness
+    says ready: status --json gives effective supervisor_lost, the text marks readiness stale."""
+    from dd_slurm.report import status_text
+
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")
+    fake_job(fake_slurm, "1000", state="FAILED", exit="137:0")
+    view = control.status(attempt, fake_commands, clock)
+    assert {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"} == view["effective"]
+    (attempt / "readiness.json").write_text(json.dumps({
+        "schema": 1, "attempt_id": attempt.name, "endpoints": "published",
+        "deployments": {"m": {"state": "ready", "expected": 1, "ready": ["http://h:1"], "nodes": ["h"],
+                              "base_url": "http://h:1", "deadline": None, "last_probe": None, "detail": None}}}))
+    text = status_text(control.status(attempt, fake_commands, clock))
+    assert "effective: failed (supervisor_lost" in text and "[stale: its supervisor is gone]" in text
+
+
+def test_finished_is_finished(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """Once sacct's terminal record is persisted, status makes no scheduler call at all."""
+    attempt = staged(tmp_path, "1000")
+    fake_job(fake_slurm, "1000", state="COMPLETED")
+    first = control.status(attempt, fake_commands, clock)["scheduler"]
+    calls = len(fake_slurm.calls())
+    again = control.status(attempt, fake_commands, clock)["scheduler"]
+    assert (first, calls) == (again, len(fake_slurm.calls()))
+    assert ("completed", "sacct", 2) == (again["state"], again["source"], calls)
+
+
+class _Gated:
+    """A commands stand-in whose query answers running, after `release` is set."""
+
+    def __init__(self, release: threading.Event | None) -> None:
+        self.release = release
+
+    def query(self, job_ids):
+        if self.release:
+            self.release.wait(10)
+        return QueryResult(parse_squeue("1000|RUNNING|None|dd-x\n"), [], None, 1)
+
+
+def test_concurrent_status_keeps_time_order(tmp_path) -> None:
+    """Two status rounds at once: the earlier one finishes last. Observations stay in time order
+    and last_seen never moves backwards."""
+    attempt = staged(tmp_path, "1000")
+    release = threading.Event()
+    early = threading.Thread(target=control.observe_attempt,
+                             args=(attempt, read_record(attempt), _Gated(release), FakeClock(1_700_000_100.0)))
+    early.start()
+    control.observe_attempt(attempt, read_record(attempt), _Gated(None), FakeClock(1_700_000_200.0))
+    release.set()
+    early.join(10)
+    record = read_record(attempt)
+    assert [1_700_000_100.0, 1_700_000_200.0] == [o["time"] for o in record["observations"]]
+    assert 1_700_000_200.0 == record["last_seen"]
+
+
+def test_concurrent_status_processes_never_lose_an_observation(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
+    """Eight `status` processes at once on one attempt: eight observations, in time order."""
+    attempt = staged(tmp_path, "1000")
+    fake_job(fake_slurm, "1000", state="RUNNING")
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    procs = [subprocess.Popen(dd_slurm_exe + ["status", "--json", str(attempt)], env=env, stdout=subprocess.DEVNULL)
+             for _ in range(8)]
+    assert [0] * 8 == [p.wait(60) for p in procs]
+    times = [o["time"] for o in read_record(attempt)["observations"]]
+    assert (8, sorted(times)) == (len(times), times)
+
+
+def test_status_while_squeue_fails_shows_disk_state_and_exits_3(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
+    """squeue cannot reach the controller: the state on disk is printed, the scheduler marked
+    unavailable, exit 3 with one error line; attempt.json is unchanged."""
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, "verified", "preflight")
+    before = (attempt / "attempt.json").read_bytes()
+    fake_slurm.add_fault("squeue", exit=1, stderr="squeue: error: Unable to contact slurm controller\n", times=6)
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    out = subprocess.run(dd_slurm_exe + ["status", "--json", str(attempt)], env=env, capture_output=True, text=True,
+                         timeout=60)
+    view = json.loads(out.stdout)
+    assert (3, "preflight", None) == (out.returncode, view["attempt"]["state"], view["scheduler"])
+    assert "Unable to contact" in view["scheduler_error"]
+    assert 1 == len(out.stderr.splitlines()) and out.stderr.startswith("error: scheduler unavailable")
+    text = subprocess.run(dd_slurm_exe + ["status", str(attempt)], env=env, capture_output=True, text=True, timeout=60)
+    assert (3, True) == (text.returncode, "scheduler: unavailable" in text.stdout)
+    assert before == (attempt / "attempt.json").read_bytes()
+
+
+def test_cancel_of_an_ended_attempt_records_nothing(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """An attempt that is done, or whose job is terminal: not cancelled, nothing recorded, no scancel."""
+    done = staged(tmp_path / "a", "1000")
+    journal_to(done, "verified", "cleanup", "done", outcome="failed", reason="hosts")
+    fake_job(fake_slurm, "1001", state="TIMEOUT")
+    gone = staged(tmp_path / "b", "1001")
+    before = [(d / "attempt.json").read_bytes() for d in (done, gone)]
+    found = [control.cancel(d, fake_commands, clock) for d in (done, gone)]
+    assert [False, False] == [f["cancel_requested"] for f in found]
+    assert "done (failed, hosts)" in found[0]["ended"] and "timeout" in found[1]["ended"]
+    assert (before, []) == ([(d / "attempt.json").read_bytes() for d in (done, gone)], fake_slurm.calls("scancel"))
+
+
+def test_a_failed_scancel_records_nothing(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """scancel refusing (permission denied): the error surfaces, no cancel request is recorded."""
+    fake_job(fake_slurm, "1000", state="RUNNING")
+    attempt = staged(tmp_path, "1000")
+    fake_slurm.add_fault("scancel", exit=1, stderr="scancel: error: Kill job error on job id 1000: Access/permission denied\n",
+                         times=2)
+    with pytest.raises(ToolFailed):
+        control.cancel(attempt, fake_commands, clock)
+    assert [] == read_record(attempt)["cancel_requests"]
+
+
+def test_cancel_records_the_request_after_scancel(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """A live job: scancel, then the request is recorded."""
+    fake_job(fake_slurm, "1000", state="RUNNING")
+    attempt = staged(tmp_path, "1000")
+    assert control.cancel(attempt, fake_commands, clock)["cancel_requested"]
+    assert ([["1000"]], 1) == (fake_slurm.calls("scancel"), len(read_record(attempt)["cancel_requests"]))
+
+
+def _plan_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_data()))
+    return path
+
+
+def test_a_refused_submission_leaves_no_staged_attempt(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """sbatch refuses the job: nothing was submitted, the staged attempt is removed and the error
+    says so."""
+    fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: invalid partition specified: nope\n")
+    with pytest.raises(ToolFailed) as caught:
+        control.submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+    assert [] == list((tmp_path / "ws" / "attempts").iterdir())
+    assert "was removed" in str(caught.value)
+
+
+def test_a_submission_of_unknown_fate_keeps_and_names_its_attempt(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """sbatch's answer was lost and the lookup cannot tell: the attempt is kept, named, and the
+    error recorded in it."""
+    from dd_slurm.errors import SubmissionUnknown
+
+    fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: Socket timed out on send/recv operation\n")
+    fake_slurm.add_fault("sacct", exit=1, stderr="sacct: error: slurmdbd: Connection refused\n", times=3)
+    with pytest.raises(SubmissionUnknown) as caught:
+        control.submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+    [kept] = list((tmp_path / "ws" / "attempts").iterdir())
+    assert f"kept at {kept}" in str(caught.value)
+    assert "Socket timed out" in read_record(kept)["submit_error"]
+
+
+def test_an_adopted_submission_is_recorded_and_said(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """sbatch created the job then timed out: the job is adopted, attempt.json says how, and
+    submit's answer carries the note."""
+    fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: Socket timed out on send/recv operation\n",
+                         after_work=True, job={"held": True})
+    out = control.submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+    record = read_record(Path(out["attempt_dir"]))
+    assert ("1000", "1000", True) == (out["job_id"], record["job_id"], record["submission"]["adopted"])
+    assert "adopted job 1000" in out["note"]
+
+
+def test_a_raw_task_id_finds_its_task() -> None:
+    """`query 21`, where 21 is the raw id of array task 17_1 (recorded on the lab cluster): that
+    task's observation, not `lost`."""
+    from dd_slurm.scheduler.parse import parse_sacct
+    from dd_slurm.scheduler.observe import LagClock, index_rows, observe
+    from tests.conftest import FIXTURES
+
+    squeue = json.loads((FIXTURES / "slurm" / "squeue-raw-task.json").read_text())["stdout"]
+    sacct = json.loads((FIXTURES / "slurm" / "sacct-raw-task.json").read_text())["stdout"]
+    found = observe(["21"], index_rows(parse_squeue(squeue, raw_ids=True)), index_rows(parse_sacct(sacct, raw_ids=True)),
+                    LagClock(0, None))
+    assert [("17_1", "running", "squeue")] == [(o.job_id, o.state, o.source) for o in found]
+
+
+def test_watch_ends_on_the_effective_outcome(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
+    """`status --watch` of an attempt whose supervisor is gone stops as soon as the job has ended,
+    and says the effective outcome."""
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, "verified", "preflight", "deploying")
+    fake_job(fake_slurm, "1000", state="CANCELLED")
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    out = subprocess.run(dd_slurm_exe + ["status", "--watch", "--interval", "0.1", str(attempt)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert 0 == out.returncode, out.stderr
+    assert "=> cancelled (supervisor_lost)" in out.stdout.splitlines()[0]
+    assert "effective: cancelled (supervisor_lost" in out.stdout
+
+
+def test_submit_says_when_it_adopted_a_job(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
+    """`submit` (text) prints the note when sbatch's answer was lost and the job was adopted."""
+    fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: Zero Bytes were transmitted or received\n",
+                         after_work=True, job={"held": True})
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    out = subprocess.run(dd_slurm_exe + ["submit", str(_plan_file(tmp_path)), "-w", str(tmp_path / "ws")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert (0, 1) == (out.returncode, len(fake_slurm.calls("sbatch")))
+    assert "submitted batch job 1000" in out.stdout and "note: sbatch's answer was ambiguous" in out.stdout
