@@ -82,7 +82,7 @@ def test_a_dead_supervisor_shows_as_supervisor_lost(fake_slurm, fake_commands, c
     view = control.status(attempt, fake_commands, clock)
     assert {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"} == view["effective"]
     (attempt / "readiness.json").write_text(json.dumps({
-        "schema": 1, "attempt_id": attempt.name, "endpoints": "published",
+        "schema": 2, "attempt_id": attempt.name, "endpoints": "published",
         "deployments": {"m": {"state": "ready", "expected": 1, "ready": ["http://h:1"], "nodes": ["h"],
                               "base_url": "http://h:1", "deadline": None, "last_probe": None, "detail": None}}}))
     text = status_text(control.status(attempt, fake_commands, clock))
@@ -248,16 +248,16 @@ def test_a_raw_task_id_finds_its_task() -> None:
 
 def test_watch_ends_on_the_effective_outcome(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
     """`status --watch` of an attempt whose supervisor is gone stops as soon as the job has ended,
-    and says the effective outcome."""
+    says the effective outcome, and exits with its code (4: not succeeded)."""
     attempt = staged(tmp_path, "1000")
     journal_to(attempt, "verified", "preflight", "deploying")
     fake_job(fake_slurm, "1000", state="CANCELLED")
     env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
     out = subprocess.run(dd_slurm_exe + ["status", "--watch", "--interval", "0.1", str(attempt)], env=env,
                          capture_output=True, text=True, timeout=60)
-    assert 0 == out.returncode, out.stderr
-    assert "=> cancelled (supervisor_lost)" in out.stdout.splitlines()[0]
-    assert "effective: cancelled (supervisor_lost" in out.stdout
+    assert 4 == out.returncode, out.stderr
+    assert "=> cancelled (supervisor_lost), exit 4" in out.stdout.splitlines()[0]
+    assert "supervisor killed?" in out.stdout
 
 
 def test_submit_says_when_it_adopted_a_job(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:

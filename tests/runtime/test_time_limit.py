@@ -12,6 +12,7 @@ import pytest
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime.signals import SignalGate
+from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.scheduler.render import interpreter
 from tests.faults.matrix import SLOW_CLIENT, wait_for_state
 from tests.runtime.harness import NODES, allocation_env, no_leftovers, outcome, plan_data, stage_plan
@@ -26,7 +27,7 @@ from tests.runtime.harness import NODES, allocation_env, no_leftovers, outcome, 
 def test_sigterm_is_a_time_limit_only_when_slurm_says_so(signo, at_limit, expected, asked) -> None:
     """The gate asks whether the job reached its time limit only for SIGTERM, and only once."""
     questions = []
-    gate = SignalGate(lambda: questions.append(1) or at_limit).install()
+    gate = SignalGate(time_limit=lambda: questions.append(1) or at_limit).install()
     try:
         os.kill(os.getpid(), signo)
         with pytest.raises(AttemptFailure) as caught:
@@ -45,7 +46,7 @@ def _supervise(tmp_path, fake_slurm, reason: str):
                                  "cancelled_by": None, "in_squeue": True, "in_sacct": True, "state": "COMPLETING",
                                  "reason": reason, "exit": None}
     env = allocation_env(fake_slurm.bin_dir, NODES[:1], data["job"]["gpus_per_node"])
-    argv = [*interpreter(data["runtime"]["python"], str(staged.attempt_dir)), str(staged.bundle_dir / "entry.py"),
+    argv = [*interpreter(data["runtime"]["python"], entry_sha256(), staged.bundle_digest), str(staged.bundle_dir / "entry.py"),
             "run", str(staged.attempt_dir), "--bundle-digest", staged.bundle_digest, "--plan-digest", staged.plan_digest]
     supervisor = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

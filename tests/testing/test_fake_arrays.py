@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from dd_slurm.scheduler.parse import parse_sacct, parse_squeue
+from dd_slurm.scheduler.parse import SACCT_FIELDS_NO_RAW, parse_sacct, parse_squeue
 
 
 def tool(fake, name: str, *args: str) -> str:
@@ -72,7 +72,7 @@ def test_cancelling_the_array_ends_running_tasks_and_pending_never_start(fake_sl
     wait_for(lambda: len(squeue(fake_slurm, job)) == 3)
     tool(fake_slurm, "scancel", job)
     rows = wait_for(lambda: (r := parse_sacct(tool(fake_slurm, "sacct", "--noheader", "--parsable2", f"--jobs={job}",
-                                                   "--format=x"))) and r)
+                                                   f"--format={SACCT_FIELDS_NO_RAW}"))) and r)
     assert [("0", "CANCELLED by 0"), ("1", "CANCELLED by 0"), ("[2-3%2]", "CANCELLED by 0")] == \
         [(r.task, r.raw_state.replace(str(os.getuid()), "0")) for r in rows]
     time.sleep(0.5)
