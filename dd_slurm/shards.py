@@ -18,7 +18,7 @@ import attrs
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput
-from dd_slurm.plan import Plan, canonical_json, plan_digest
+from dd_slurm.plan import Array, Plan, canonical_json, plan_digest
 from dd_slurm.scheduler.render import LOG_DIR, ScriptContext, render_script
 from dd_slurm.store.atomic import sync_filesystem, write_atomic
 from dd_slurm.store.attempt_record import RECORD_NAME, new_record, read_record
@@ -45,6 +45,13 @@ def array_spec(count: int, max_concurrent: Optional[int]) -> str:
     return f"0-{count - 1}" + (f"%{max_concurrent}" if max_concurrent else "")
 
 
+def _array(plan: Plan) -> Array:
+    """The plan's `job.array`: runs are staged only for plans that have one."""
+    if plan.job.array is None:
+        raise ValueError("a run needs a plan with job.array")
+    return plan.job.array
+
+
 def run_context(plan: Plan, ws: Path, run_id: str, bundle_dir: Path, bundle_digest: str,
                 bin_dir: Optional[str]) -> ScriptContext:
     """The run's script context: the run dir stands where an attempt dir would, and each task's
@@ -54,7 +61,7 @@ def run_context(plan: Plan, ws: Path, run_id: str, bundle_dir: Path, bundle_dige
     from dd_slurm.bundle.manifest import entry_sha256
 
     return ScriptContext(run_id, str(ws / RUNS_DIR / run_id), str(bundle_dir), bundle_digest, plan_digest(plan),
-                         bin_dir, array=array_spec(count, plan.job.array.max_concurrent), log_pattern=log,
+                         bin_dir, array=array_spec(count, _array(plan).max_concurrent), log_pattern=log,
                          entry_sha256=entry_sha256())
 
 
@@ -106,7 +113,7 @@ def _write_run(directory: Path, plan: Plan, ctx: ScriptContext, clock: Clock) ->
     write_atomic(directory / PLAN_NAME, canonical_json(plan), mode=0o400, durable=False)
     write_atomic(directory / SCRIPT_NAME, render_script(plan, ctx).encode(), mode=0o500, durable=False)
     write_atomic(directory / RUN_NAME, new_run(
-        run_id=ctx.attempt_id, num_shards=count, max_concurrent=plan.job.array.max_concurrent,
+        run_id=ctx.attempt_id, num_shards=count, max_concurrent=_array(plan).max_concurrent,
         shards=[shard_id(ctx.attempt_id, i, count) for i in range(count)], plan_digest=ctx.plan_digest,
         bundle_digest=ctx.bundle_digest, bundle_dir=ctx.bundle_dir, job_name=ctx.job_name, staged_at=clock.wall(),
         reconcile_deadline_s=plan.runtime.reconcile_deadline_s), durable=False)

@@ -130,7 +130,7 @@ def observe_entries(entries: Iterable[Entry], commands: Any, now: float) -> dict
     for obs in observe(ids, index_rows(result.squeue), sacct, LagClock(now, deadline, seen), result.sacct_error):
         if obs.job_id in asking:
             found[asking[obs.job_id].id] = obs.to_json()
-    _persist([(e, found[e.id]) for e in asking.values() if (found.get(e.id) or {}).get("terminal")], now)
+    _persist([(e, observed) for e in asking.values() if (observed := found.get(e.id)) and observed.get("terminal")], now)
     return found
 
 
@@ -196,7 +196,8 @@ def list_workspace(workspace: Path, commands: Any, now: float) -> dict[str, Any]
         names = sorted(e.name for e in os.scandir(root) if not e.name.startswith(".") and e.is_dir(follow_symlinks=False))
     except FileNotFoundError:
         names = []
-    cached, runs = _cached_rows(root), {}
+    cached = _cached_rows(root)
+    runs: dict[str, dict] = {}
     entries = [entry_or_problem(root / name, runs) for name in names if name not in cached]
     found = observe_entries(entries, commands, now)
     fresh = {e.id: row(e, found.get(e.id)) for e in reread_ended(entries, found, runs)}

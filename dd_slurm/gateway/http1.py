@@ -8,6 +8,7 @@ folding; header names are tokens. Everything else passes through byte for byte.
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 import attrs
 
@@ -145,7 +146,7 @@ def chunk_size(line: bytes) -> int:
     return int(text, 16)
 
 
-def simple_response(status: int, body: bytes, extra: list[bytes] = (), close: bool = False,
+def simple_response(status: int, body: bytes, extra: Sequence[bytes] = (), close: bool = False,
                     content_type: bytes = b"application/json") -> bytes:
     lines = [b"HTTP/1.1 %d %s" % (status, REASONS.get(status, b"Error")), b"content-type: " + content_type,
              b"content-length: %d" % len(body), *extra]

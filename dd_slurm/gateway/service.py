@@ -17,6 +17,7 @@ import gc
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Mapping
 
 from dd_slurm.clock import Clock
@@ -51,13 +52,13 @@ class Service:
 
     def write_stats(self) -> None:
         try:
-            write_json_atomic(self.config.stats_path, self.stats(), mode=0o644)
+            write_json_atomic(Path(self.config.stats_path), self.stats(), mode=0o644)
         except OSError as err:
             log(f"error: stats_path: cannot write {self.config.stats_path} ({err.strerror})")
 
     def publish(self, state: str) -> None:
         self.state.update(state=state, updated_at=self.clock.wall(), stalled=self.stalled)
-        write_json_atomic(self.config.state_path, self.state, mode=0o644)
+        write_json_atomic(Path(self.config.state_path), self.state, mode=0o644)
 
     async def run(self) -> int:
         if self.config.api_key_var and not self.api_key:
@@ -83,7 +84,8 @@ class Service:
         for signo in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signo, stop.set)
         loop.add_signal_handler(signal.SIGUSR1, self.write_stats)
-        watchdog = asyncio.ensure_future(self.watch(stop)) if self.config.stall_timeout_s else None
+        stall = self.config.stall_timeout_s
+        watchdog = asyncio.ensure_future(self.watch(stop, stall)) if stall else None
         await stop.wait()
         server.close()
         if watchdog:
@@ -96,8 +98,7 @@ class Service:
         log("stalled: " + ", ".join(s["name"] for s in self.stalled) if self.stalled else "stopped")
         return EXIT_STALLED if self.stalled else 0
 
-    async def watch(self, stop: asyncio.Event) -> None:
-        timeout = self.config.stall_timeout_s
+    async def watch(self, stop: asyncio.Event, timeout: float) -> None:
         interval = min(1.0, timeout / 4)
         while not stop.is_set():
             await asyncio.sleep(interval)

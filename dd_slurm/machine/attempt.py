@@ -43,6 +43,9 @@ class Attempt:
     """One attempt's machine. `step()` fires the next trigger; failures go down the `fail` edge."""
 
     state: str
+    # Added to the model by `transitions` (the trigger method and one method per trigger name).
+    trigger: Callable[..., bool]
+    fail: Callable[..., bool]
 
     def __init__(self, actions: Actions, journal: Journal, state: Optional[str] = None) -> None:
         self.actions = actions
@@ -89,9 +92,10 @@ class Attempt:
                                 cleanup_error=f"{type(exc).__name__}: {exc}")
 
     def journal_transition(self, e: EventData) -> None:
-        ending = e.transition.dest in (T.CLEANUP, T.TERMINAL)
+        source, dest = _edge(e)
+        ending = dest in (T.CLEANUP, T.TERMINAL)
         self.journal.append(
-            "transition", e.transition.source, e.transition.dest, e.event.name,
+            "transition", source, dest, e.event.name,
             outcome=self.outcome if ending else None, reason=self.reason if ending else None,
             detail=self.detail if ending else None,
         )
@@ -132,6 +136,13 @@ class Attempt:
             return self.trigger(trigger, **kwargs)
         except (TransitionsMachineError, AttributeError) as err:
             raise MachineError(f"trigger {trigger!r} is not allowed in state {self.state!r}") from err
+
+
+def _edge(e: EventData) -> tuple[str, str]:
+    """The (source, dest) of the transition that entered a state; every table edge has a dest."""
+    if e.transition is None or e.transition.dest is None:
+        raise MachineError(f"event {e.event.name!r} entered a state without an edge")
+    return e.transition.source, e.transition.dest
 
 
 def _failure_args(e: EventData) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.probes import probe_health, served_models
 from dd_slurm.runtime.replicas import identity_request, published_port
 from dd_slurm.runtime.results import MANIFEST_NAME, validate_result
-from dd_slurm.runtime.session import Session
+from dd_slurm.runtime.session import NotPrepared, Session
 from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
@@ -30,7 +30,7 @@ IDENTITY_TIMEOUT_S = 60.0
 class RuntimeActions:
     def __init__(self, session: Session) -> None:
         self.s = session
-        self.readiness: Optional[Readiness] = None
+        self._readiness: Optional[Readiness] = None  # created by ensure_readiness, once prepared
         self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order
         self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
         self.ports: dict[str, int] = {}  # replica name -> its port (fixed, or published by its leader)
@@ -42,34 +42,34 @@ class RuntimeActions:
     def inputs_verified(self) -> bool:
         s = self.s
         verify.check_bundle(s.bundle_dir, s.bundle_digest)
-        s.plan = verify.check_plan(s.dir / "plan.json", s.plan_digest)
-        s.alloc = Allocation.from_environ(s.ambient)
-        verify.check_gpu_shape(s.plan, s.alloc)
-        verify.check_hosts(s.alloc.nodes)
+        plan = s.checked_plan()
+        alloc = Allocation.from_environ(s.ambient)
+        verify.check_gpu_shape(plan, alloc)
+        verify.check_hosts(alloc.nodes)
         verify.check_paths(s.workspace, s.dir, s.results_dir, s.dir / "logs")
-        s.prepare()
+        p = s.prepare()
         s.gate.check()
         request, passed = s.write_probe_request()
-        answers, problem = s.runner.on_nodes(s.alloc.nodes, ["_probe", str(request)], "probe", 60,
-                                             role="probe", gres_gpus=s.plan.job.gpus_per_node, passed=passed)
+        answers, problem = p.runner.on_nodes(p.alloc.nodes, ["_probe", str(request)], "probe", 60,
+                                             role="probe", gres_gpus=p.plan.job.gpus_per_node, passed=passed)
         if problem and not answers:
             raise AttemptFailure("probe_failed", problem)
-        verify.check_probes(answers, s.plan, s.alloc.nodes)
+        verify.check_probes(answers, p.plan, p.alloc.nodes)
         self.ensure_readiness()
         self.publish("planned")
         return True
 
     # verified -> preflight -> deploying
     def launch_preflight(self) -> None:
-        self.s.prepare()
+        p = self.s.prepare()
         self.ensure_readiness()
-        if self.s.plan.client.preflight_argv:
+        if p.plan.client.preflight_argv:
             self._start(self.s.client_spec(True))
 
     def preflight_passed(self) -> bool:
         if "preflight" not in self.s.table.procs:
             return True
-        limit = self.s.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
+        limit = self.s.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
         code = self._wait_exit("preflight", self.s.clock.monotonic() + limit, "preflight_timeout")
         if code != 0:
             raise AttemptFailure("preflight_failed", f"client preflight exited {code}; see logs/preflight.log")
@@ -78,22 +78,22 @@ class RuntimeActions:
     def launch_deployments(self) -> None:
         """Every replica's steps; followers of a replica whose port its leader chooses start once
         the leader has published it (in deployments_ready)."""
-        s = self.s
-        for unit in s.placement:
-            for spec in s.specs[unit.name]:
+        s, p = self.s, self.s.prepared
+        for unit in p.placement:
+            for spec in p.specs[unit.name]:
                 if needs_port(spec):
                     self.deferred.setdefault(unit.name, []).append(spec)
                 else:
                     self._start(spec)
                     self.started[spec.name] = spec
-            timeout = s.deployment(unit.deployment).ready_timeout_s
+            timeout = p.deployment(unit.deployment).ready_timeout_s
             self.deadlines[unit.name] = s.clock.monotonic() + timeout
             self.readiness.move(unit.name, "starting", deadline=s.clock.wall() + timeout)
 
     # deploying -> ready
     def deployments_ready(self) -> bool:
-        s = self.s
-        waiting = [u for u in s.placement if self.readiness.state(u.name) != "ready"]
+        s, p = self.s, self.s.prepared
+        waiting = [u for u in p.placement if self.readiness.state(u.name) != "ready"]
         while waiting:
             s.gate.check()
             self.check_alive()
@@ -101,7 +101,7 @@ class RuntimeActions:
                 if self._replica_ready(unit):
                     waiting.remove(unit)
                 elif s.clock.monotonic() > self.deadlines[unit.name]:
-                    timeout = s.deployment(unit.deployment).ready_timeout_s
+                    timeout = p.deployment(unit.deployment).ready_timeout_s
                     self.readiness.move(unit.name, "failed", detail="not healthy before ready_timeout_s")
                     raise AttemptFailure("readiness_timeout", f"{unit.name} not healthy within {timeout:g}s",
                                          outcome="timed_out")
@@ -112,17 +112,17 @@ class RuntimeActions:
 
     # ready -> client: the gateway in front of every replica
     def launch_gateway(self) -> None:
-        s = self.s
-        config = gateway_step.write_config(s.plan, s.placement, self.replica_urls(), s.dir)
-        self._start(gateway_step.gateway_spec(s.plan, s.alloc.batch_node, s.layout, s.runner.interpreter,
-                                              s.runner.entry, config))
+        s, p = self.s, self.s.prepared
+        config = gateway_step.write_config(p.plan, p.placement, self.replica_urls(), s.dir)
+        self._start(gateway_step.gateway_spec(p.plan, p.alloc.batch_node, s.layout, p.runner.interpreter,
+                                              p.runner.entry, config))
 
     def gateway_serving(self) -> bool:
-        deadline = self.s.clock.monotonic() + gateway_step.START_TIMEOUT_S
+        deadline, runner = self.s.clock.monotonic() + gateway_step.START_TIMEOUT_S, self.s.prepared.runner
         while self.gateway_base is None:
             self.s.gate.check()
             self.check_alive()
-            self.gateway_base = gateway_step.served_base(self.s.dir, self.s.runner.started(gateway_step.GATEWAY_STEP))
+            self.gateway_base = gateway_step.served_base(self.s.dir, runner.started(gateway_step.GATEWAY_STEP))
             if self.gateway_base is None and self.s.clock.monotonic() > deadline:
                 raise AttemptFailure("gateway_failed", f"the gateway did not serve within "
                                      f"{gateway_step.START_TIMEOUT_S:g}s; see logs/{gateway_step.GATEWAY_STEP}.log")
@@ -136,10 +136,10 @@ class RuntimeActions:
 
     # ready -> client -> finalize
     def launch_client(self) -> None:
-        s = self.s
+        s, client = self.s, self.s.prepared.plan.client
         self._start(s.client_spec(False))
-        if s.plan.client.timeout_s:
-            self.client_deadline = s.clock.monotonic() + s.plan.client.timeout_s
+        if client.timeout_s:
+            self.client_deadline = s.clock.monotonic() + client.timeout_s
 
     def client_succeeded(self) -> bool:
         code = self._wait_exit("client", self.client_deadline, "client_timeout")
@@ -150,39 +150,38 @@ class RuntimeActions:
 
     # finalize -> cleanup
     def results_valid(self) -> bool:
-        manifest = validate_result(self.s.results_dir, self.s.plan.client.result)
+        manifest = validate_result(self.s.results_dir, self.s.prepared.plan.client.result)
         write_json_atomic(self.s.dir / MANIFEST_NAME, manifest)
         return True
 
     def run_cleanup(self, outcome: str, reason: str) -> None:
         s = self.s
-        try:
-            s.prepare()
-        except Exception:  # noqa: BLE001 - cleanup still stops what this process started
-            pass
+        p = s.prepared_or_none()  # None when preparation failed: cleanup still stops what this process started
         phases = [["client", "preflight"], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
-        grace = s.plan.runtime.cleanup_grace_s if s.plan else 10.0
-        nodes = s.alloc.nodes if s.alloc else ()
-        Cleanup(s.dir, s.table, s.runner, s.clock, grace, nodes, s.attempt_id, s.signal_step,
-                self._finish_readiness, budget_for(s, reason, grace)).run(phases, outcome, reason)
+        grace = s.cleanup_grace_s(default=10.0)
+        nodes = p.alloc.nodes if p is not None else ()
+        Cleanup(s.dir, s.table, p.runner if p is not None else None, s.clock, grace, nodes, s.attempt_id,
+                s.signal_step, self._finish_readiness, budget_for(s, reason, grace)).run(phases, outcome, reason)
 
     # helpers
     def _start(self, spec: StepSpec) -> None:
         """Every launch: a signal that has landed by now starts nothing."""
         self.s.gate.check()
-        self.s.runner.start(spec, self.s.passed(spec))
+        self.s.prepared.runner.start(spec, self.s.passed(spec))
 
     def replica_urls(self) -> dict[str, str]:
         """Replica name -> its base URL, for every replica whose port is known (all of them once
         deployments_ready has passed): what a gateway routes each alias to."""
-        ports = {u.name: self.ports.get(u.name, u.port) for u in self.s.placement}
-        return {u.name: f"http://{u.leader}:{ports[u.name]}/v1" for u in self.s.placement if ports[u.name] is not None}
+        placement = self.s.prepared.placement
+        ports = {u.name: self.ports.get(u.name, u.port) for u in placement}
+        return {u.name: f"http://{u.leader}:{ports[u.name]}/v1" for u in placement if ports[u.name] is not None}
 
     def publish(self, state: str) -> None:
         """endpoints.json from what is known now; with `gateway_base` set, each alias's `url` is
         the gateway's (endpoints.logical_url)."""
+        p = self.s.prepared
         publish(self.s.dir / ENDPOINTS_NAME,
-                endpoint_map(self.s.plan, self.s.placement, self.replica_urls(), state, self.gateway_base))
+                endpoint_map(p.plan, p.placement, self.replica_urls(), state, self.gateway_base))
 
     def _replica_ready(self, unit: Placed) -> bool:
         """Healthy (200 on its health path), then, once, its listener proven ours and its served
@@ -205,8 +204,9 @@ class RuntimeActions:
         then its deferred followers start."""
         if unit.name in self.ports:
             return self.ports[unit.name]
-        leader = self.s.specs[unit.name][0]
-        record = self.s.runner.started(leader.name)
+        p = self.s.prepared
+        leader = p.specs[unit.name][0]
+        record = p.runner.started(leader.name)
         if record is None or record.get("error"):
             return None  # not started yet, or it failed and check_alive will say so
         try:
@@ -224,14 +224,15 @@ class RuntimeActions:
     def _confirm_identity(self, unit: Placed, port: int) -> None:
         """On the leader's node: the listener on the port belongs to the leader step's process
         tree; and the served model, when the plan names one, is listed. Else server_identity."""
-        s, leader = self.s, self.s.specs[unit.name][0]
+        s, p = self.s, self.s.prepared
+        leader = p.specs[unit.name][0]
         try:
-            request = identity_request(s.runner.started(leader.name), leader, port)
+            request = identity_request(p.runner.started(leader.name), leader, port)
         except ValueError as err:
             raise AttemptFailure("launch_failed", f"{leader.name}: its step record is not valid: {err}") from None
         path = s.dir / "steps" / f"identity-{unit.name}.json"
         write_json_atomic(path, request)
-        answers, problem = s.runner.on_nodes((unit.leader,), ["_identity", str(path)], f"identity-{unit.name}",
+        answers, problem = p.runner.on_nodes((unit.leader,), ["_identity", str(path)], f"identity-{unit.name}",
                                              IDENTITY_TIMEOUT_S, role="probe")
         answer = answers.get(unit.leader)
         if answer is None or not answer.get("ours"):
@@ -247,14 +248,23 @@ class RuntimeActions:
         self.readiness.move(unit.name, "failed", detail=detail)
         raise AttemptFailure("server_identity", f"{unit.name}: port {port} on {unit.leader}: {detail}")
 
-    def ensure_readiness(self) -> None:
-        if self.readiness is None:
-            self.readiness = Readiness(self.s.dir, self.s.attempt_id, self.s.readiness_entries())
+    def ensure_readiness(self) -> Readiness:
+        if self._readiness is None:
+            self._readiness = Readiness(self.s.dir, self.s.attempt_id, self.s.readiness_entries())
+        return self._readiness
+
+    @property
+    def readiness(self) -> Readiness:
+        """The readiness record; NotPrepared before ensure_readiness has created it."""
+        if self._readiness is None:
+            raise NotPrepared(f"attempt {self.s.attempt_id}: readiness used before ensure_readiness()")
+        return self._readiness
 
     def _finish_readiness(self) -> None:
-        if self.readiness is not None:
-            self.readiness.finish()
-        if self.s.plan is not None and self.s.placement and (self.s.dir / ENDPOINTS_NAME).exists():
+        if self._readiness is not None:
+            self._readiness.finish()
+        p = self.s.prepared_if_any
+        if p is not None and p.placement and (self.s.dir / ENDPOINTS_NAME).exists():
             self.publish("withdrawn")
 
     def _wait_exit(self, name: str, deadline: Optional[float], timeout_reason: str) -> int:
@@ -272,8 +282,7 @@ class RuntimeActions:
         """A deployment step that exited is a failure now, not at a deadline. When a follower and
         its leader are both gone, the follower is the cause (the leader exits on losing a rank).
         A gateway that ended (a stalled replica, or itself) fails the attempt likewise."""
-        exited = [n for n in self.started if self.s.table.poll(n) is not None]
-        if not exited:
+        if not [n for n in self.started if self.s.table.poll(n) is not None]:  # polls every step
             self._gateway_ended()
             return
         if not self.s.gate.received:  # scancel signals steps and batch at once: let ours land
@@ -296,7 +305,7 @@ class RuntimeActions:
             raise gateway_step.exit_failure(self.s.dir, code)
 
     def _exit_reason(self, spec: StepSpec, ready: bool) -> str:
-        record = self.s.runner.started(spec.name)
+        record = self.s.prepared.runner.started(spec.name)
         if record is None:
             return "launch_failed"
         if record.get("error"):

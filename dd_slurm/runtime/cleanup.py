@@ -7,6 +7,7 @@ start (marked unfinished) and rewritten at the end."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import signal
@@ -55,7 +56,7 @@ class Cleanup:
         before = {name: self.table.poll(name) for name in self.table.procs}
         self._guarded(report, "recording process trees", lambda: self._record(report))
         for phase in phases:
-            self._guarded(report, f"stopping {', '.join(phase)}", lambda p=phase: self._stop(p, report))
+            self._guarded(report, f"stopping {', '.join(phase)}", functools.partial(self._stop, phase, report))
         self._guarded(report, "leftover scan", lambda: self._scan(report))
         self._guarded(report, "readiness record", self.finish_readiness)
         self._guarded(report, "process report", lambda: report.__setitem__(
@@ -146,8 +147,8 @@ class Cleanup:
             report["methods"][node] = answer.get("methods", {"environment": "ran"})
             report["leftovers_found"] += [{**p, "node": node} for p in answer["found"]]
             report["leftovers_killed"] += [{"pid": pid, "node": node} for pid in answer["killed"]]
-        if answers and any(a["found"] for a in answers.values()):
-            self.clock.sleep(0.2)
+        if self.runner is not None and answers and any(a["found"] for a in answers.values()):
+            self.clock.sleep(0.2)  # without a runner, _scan_here has already looked again
             after, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--dir", str(self.dir)],
                                                   "scan-verify", max(0.5, min(SCAN_S, self.left() - 0.5)))
             report["leftovers_after"] = [{**p, "node": n} for n, a in sorted(after.items()) for p in a["found"]]

@@ -76,7 +76,8 @@ class ProcessTable:
             os.killpg(tracked.pgid, signo)
         except ProcessLookupError:
             return False
-        tracked.stop = {signal.SIGTERM: "sigterm", signal.SIGKILL: "sigkill"}.get(signo, tracked.stop)
+        stops: dict[int, str] = {signal.SIGTERM: "sigterm", signal.SIGKILL: "sigkill"}
+        tracked.stop = stops.get(signo, tracked.stop)
         return True
 
     def wait(self, name: str, deadline: float) -> Optional[int]:

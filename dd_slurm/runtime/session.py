@@ -8,7 +8,9 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
+
+import attrs
 
 from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.clock import Clock
@@ -27,10 +29,33 @@ from dd_slurm.shards import shard_of
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.attempt_record import read_record
 
+if TYPE_CHECKING:
+    from dd_slurm.runtime.budget import JobFacts
+    from dd_slurm.scheduler.commands import SlurmCommands
+
+
+@attrs.frozen(kw_only=True)
+class Prepared:
+    """What `Session.prepare()` builds once: the digest-checked plan, the allocation, every
+    replica's placement, its steps (replica name -> steps, leader first) and the step runner."""
+
+    plan: Plan
+    alloc: Allocation
+    placement: tuple[Placed, ...]
+    specs: Mapping[str, list[StepSpec]]
+    runner: StepRunner
+
+    def deployment(self, name: str) -> Deployment:
+        return next(d for d in self.plan.deployments if d.name == name)
+
+
+class NotPrepared(RuntimeError):
+    """A session's prepared values were used before `Session.prepare()` built them."""
+
 
 class Session:
     def __init__(self, attempt_dir: Path, bundle_digest: str, plan_digest: str, environ: Mapping[str, str],
-                 clock: Clock, gate: SignalGate, commands: object) -> None:
+                 clock: Clock, gate: SignalGate, commands: SlurmCommands) -> None:
         self.dir = Path(attempt_dir).resolve()
         self.attempt_id = self.dir.name
         self.workspace = self.dir.parent.parent
@@ -44,45 +69,73 @@ class Session:
         self.table = ProcessTable(self.dir, clock)
         self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / ENDPOINTS_NAME), str(self.results_dir),
                              *self.shard)
-        self.plan: Optional[Plan] = None
-        self.alloc: Optional[Allocation] = None
-        self.placement: tuple[Placed, ...] = ()
-        self.specs: dict[str, list[StepSpec]] = {}  # replica name -> its steps, leader first
-        self.runner: Optional[StepRunner] = None
         self.api_key = secrets.token_urlsafe(32)  # this supervisor's attempt key: environments only
+        self.job_facts: Optional[JobFacts] = None  # set by run.py; cleanup's budget reads it
+        self._plan: Optional[Plan] = None  # the checked plan, kept even when preparation fails later
+        self._prepared: Optional[Prepared] = None
 
-    def prepare(self) -> None:
-        """Plan (digest-checked), allocation, placement, runner; idempotent, so a fresh process
-        resuming the attempt gets the same view."""
-        if self.runner is not None:
-            return
-        if self.plan is None:
-            self.plan = verify.check_plan(self.dir / "plan.json", self.plan_digest)
-        if self.alloc is None:
-            self.alloc = Allocation.from_environ(self.ambient)
-        self.place()
-        self.runner = StepRunner(self.table, self.clock, self.dir, self.srun(), self.alloc.job_id,
-                                 interpreter(self.plan.runtime.python, entry_sha256(), self.bundle_digest),
-                                 str(self.bundle_dir / "entry.py"), self.srun_env())
+    def checked_plan(self) -> Plan:
+        """The plan, digest-checked on first use and then read from memory."""
+        if self._plan is None:
+            self._plan = verify.check_plan(self.dir / "plan.json", self.plan_digest)
+        return self._plan
 
-    def place(self) -> None:
-        if not self.placement:
-            self.placement = place_replicas(self.plan, self.alloc.nodes, self.alloc.gpus_per_node)
-            for unit in self.placement:
-                avoid = tuple(u.port for u in self.placement if u.port is not None and u.leader == unit.leader)
-                self.specs[unit.name] = replica_steps(self.plan, self.deployment(unit.deployment), unit, self.layout,
-                                                      self.ambient, avoid)
+    def prepare(self) -> Prepared:
+        """Plan (digest-checked), allocation, placement, steps, runner, built once; idempotent,
+        so a fresh process resuming the attempt gets the same view."""
+        if self._prepared is None:
+            plan = self.checked_plan()
+            alloc = Allocation.from_environ(self.ambient)
+            placement = place_replicas(plan, alloc.nodes, alloc.gpus_per_node)
+            specs = self._replica_specs(plan, placement)
+            runner = StepRunner(self.table, self.clock, self.dir, self.srun(), alloc.job_id,
+                                interpreter(plan.runtime.python, entry_sha256(), self.bundle_digest),
+                                str(self.bundle_dir / "entry.py"), self.srun_env())
+            self._prepared = Prepared(plan=plan, alloc=alloc, placement=placement, specs=specs, runner=runner)
+        return self._prepared
+
+    @property
+    def prepared(self) -> Prepared:
+        """The prepared values; NotPrepared before `prepare()` has succeeded in this process."""
+        if self._prepared is None:
+            raise NotPrepared(f"attempt {self.attempt_id}: the session was used before prepare()")
+        return self._prepared
+
+    def prepared_or_none(self) -> Optional[Prepared]:
+        """For cleanup only: the prepared values if preparation succeeds now or did before, else None."""
+        try:
+            return self.prepare()
+        except Exception:  # noqa: BLE001 - cleanup still stops what this process started
+            return self._prepared
+
+    @property
+    def prepared_if_any(self) -> Optional[Prepared]:
+        """The prepared values, or None if `prepare()` has not succeeded (no new attempt is made)."""
+        return self._prepared
+
+    def cleanup_grace_s(self, default: float) -> float:
+        """The plan's cleanup grace when the plan was read (even if preparation failed after), else `default`."""
+        return self._plan.runtime.cleanup_grace_s if self._plan is not None else default
+
+    def _replica_specs(self, plan: Plan, placement: tuple[Placed, ...]) -> dict[str, list[StepSpec]]:
+        specs: dict[str, list[StepSpec]] = {}
+        for unit in placement:
+            avoid = tuple(u.port for u in placement if u.port is not None and u.leader == unit.leader)
+            dep = next(d for d in plan.deployments if d.name == unit.deployment)
+            specs[unit.name] = replica_steps(plan, dep, unit, self.layout, self.ambient, avoid)
+        return specs
 
     def deployment(self, name: str) -> Deployment:
-        return next(d for d in self.plan.deployments if d.name == name)
+        return self.prepared.deployment(name)
 
     def client_spec(self, preflight: bool) -> StepSpec:
-        return client_step(self.plan, self.alloc.batch_node, self.layout, self.ambient, preflight)
+        p = self.prepared
+        return client_step(p.plan, p.alloc.batch_node, self.layout, self.ambient, preflight)
 
     def passed(self, spec: StepSpec) -> dict[str, str]:
         """Values for the step's passed names: forwarded ones from this process's environment, and
         the attempt key under the variable the plan named for that step."""
-        env = self.deployment(spec.deployment).env if spec.deployment else self.plan.client.env
+        env = self.deployment(spec.deployment).env if spec.deployment else self.prepared.plan.client.env
         return passed_values(spec, self.ambient, self.api_key, env.api_key_var)
 
     def srun(self) -> str:
@@ -103,9 +156,10 @@ class Session:
     def write_probe_request(self) -> tuple[Path, dict[str, str]]:
         """The probe's request file (fixed ports to find free, each step's expanded argv[0] with its
         own PATH), and the environment the probe needs (a forwarded PATH travels by name)."""
-        nodes: dict[str, dict] = {n: {"ports": [], "executables": []} for n in self.alloc.nodes}
-        specs = [spec for steps in self.specs.values() for spec in steps]
-        specs += [self.client_spec(p) for p in (False, True) if (self.plan.client.preflight_argv or not p)]
+        prepared = self.prepared
+        nodes: dict[str, dict] = {n: {"ports": [], "executables": []} for n in prepared.alloc.nodes}
+        specs = [spec for steps in prepared.specs.values() for spec in steps]
+        specs += [self.client_spec(p) for p in (False, True) if (prepared.plan.client.preflight_argv or not p)]
         passed: dict[str, str] = {}
         for spec in specs:
             entry = nodes.setdefault(spec.node, {"ports": [], "executables": []})
@@ -115,22 +169,23 @@ class Session:
             if path is None and "PATH" in spec.passed:
                 passed["PATH"] = self.ambient["PATH"]
             entry["executables"].append({"program": spec.program(), "path": path})
-        path = self.dir / "steps" / "probe-request.json"
-        path.parent.mkdir(exist_ok=True)
-        write_json_atomic(path, {"nodes": nodes})
-        return path, passed
+        request = self.dir / "steps" / "probe-request.json"
+        request.parent.mkdir(exist_ok=True)
+        write_json_atomic(request, {"nodes": nodes})
+        return request, passed
 
     def readiness_entries(self) -> dict[str, dict]:
         """One entry per replica, by replica name; an automatic port and its URL are known at launch."""
         return {u.name: {"deployment": u.deployment, "replica": u.replica, "nodes": list(u.nodes),
                          "model_alias": self.deployment(u.deployment).model_alias, "port": u.port,
                          "base_url": None if u.port is None else f"http://{u.leader}:{u.port}/v1"}
-                for u in self.placement}
+                for u in self.prepared.placement}
 
     def signal_step(self, name: str, signal_name: str, timeout_s: Optional[float] = None) -> bool:
         """Signal a step's task through Slurm (scancel --signal); False if the step never started.
         `timeout_s` bounds the call (one try), for cleanup's budget."""
-        record = self.runner.started(name) if self.runner else None
+        prepared = self.prepared_if_any
+        record = prepared.runner.started(name) if prepared is not None else None
         if not (record and record.get("step_id") and record.get("job_id")):
             return False
         commands = self.commands.bounded(timeout_s) if timeout_s is not None else self.commands

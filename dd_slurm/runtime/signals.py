@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 from dd_slurm.errors import AttemptFailure
 
-OUTCOMES = {
+OUTCOMES: dict[int, tuple[str, str]] = {  # by signal number (Signals are ints)
     signal.SIGTERM: ("cancelled", "sigterm"),  # scancel
     signal.SIGINT: ("cancelled", "sigint"),
     signal.SIGUSR1: ("timed_out", "pre_timeout_signal"),  # --signal=B:USR1@N before the time limit

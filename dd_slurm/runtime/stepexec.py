@@ -86,8 +86,8 @@ def run_step(spec_path: str) -> int:
               "job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID"),
               "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
     program, argv, noted, problem = launch_plan(spec, env, record["node"], node_address())
-    kind, problem = ("gpu_shape", gpu_problem) if gpu_problem else problem or (None, None)
-    record.update(noted, error=problem, error_kind=kind)
+    kind, error = ("gpu_shape", gpu_problem) if gpu_problem else problem or (None, None)
+    record.update(noted, error=error, error_kind=kind)
     write_json_atomic(Path(spec_path).with_suffix(".started.json"), record)
     if record["error"]:
         print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)

@@ -17,7 +17,7 @@ import secrets
 import socket
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Protocol
 
 import attrs
 
@@ -191,7 +191,14 @@ class SupervisorLock:
             takeover.unlink(missing_ok=True)
 
 
-def job_live_via(query: Callable[[str], object]) -> Callable[[str], Optional[bool]]:
+class _Seen(Protocol):
+    """What a liveness check reads of an observation (scheduler.observe's Observation)."""
+
+    @property
+    def terminal(self) -> bool: ...
+
+
+def job_live_via(query: Callable[[str], Optional[_Seen]]) -> Callable[[str], Optional[bool]]:
     """A liveness check from an observation function (job id -> Observation)."""
 
     def live(job_id: str) -> Optional[bool]:

@@ -84,7 +84,9 @@ def shard_submission(attempt_dir: Path, record: dict[str, Any], runs: dict[str, 
     record: submit writes the array job id once, on the run, not on every shard. `runs` caches run
     records by id for callers reading many shards. {} until the run is submitted."""
     shard = record.get("shard")
-    run_id = shard.get("run_id") if isinstance(shard, dict) else None
+    if not isinstance(shard, dict):
+        return {}
+    run_id = shard.get("run_id")
     if not isinstance(run_id, str) or type(shard.get("index")) is not int:
         return {}
     run = (runs or {}).get(run_id)

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 import urllib.request
+from typing import cast
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         key = os.environ.get(args.api_key_env)
         for alias, url in sorted(endpoints.items()):
             for index in range(args.records):
-                text = chat(url, alias, f"record {index}", key)
+                text = chat(cast(str, url), alias, f"record {index}", key)  # a URL unless --preflight
                 record = {"alias": alias, "index": index, "text": text}
                 out.write(json.dumps(record if args.tag is None else {**record, "tag": args.tag}) + "\n")
     print(f"wrote {args.records * len(endpoints)} records", flush=True)

@@ -118,7 +118,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        self._headers_buffer.append(b"\r\n" + body)  # head and body in one send, as uvicorn writes them
+        self._headers_buffer.append(b"\r\n" + body)  # type: ignore[attr-defined]  # http.server internal  # head and body in one send, as uvicorn writes them
         self.flush_headers()
 
     def authorized(self) -> bool:
@@ -253,7 +253,7 @@ def gather_followers(args: argparse.Namespace) -> list[socket.socket]:
     """Leader: accept num_nodes-1 JOINs on the coordination port; watch them afterwards."""
     listener = socket.create_server((args.host, args.coord_port), reuse_port=False)
     listener.settimeout(args.join_timeout)
-    joined = []
+    joined: list[socket.socket] = []
     while len(joined) < args.num_nodes - 1:
         try:
             conn, peer = listener.accept()

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     if args.escape_pidfile:
         escape(args.escape_pidfile)
     ready_at = time.monotonic() + args.load_time
-    signalled = []
+    signalled: list[int] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the http.server API
