@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Real-cluster tests mostly wait on Slurm, so more workers than cores pays off.
 WORKERS ?= 4
 
-.PHONY: install test unit cluster-up cluster-down cluster-status client-env demo bench diagram clean
+.PHONY: install lint test unit cluster-up cluster-down cluster-status client-env demo bench diagram clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,12 @@ install: $(STAMP)
 # The README's test command: unit tests plus the real-Slurm tests against every selected lab
 # cluster (one per Slurm release), then the tests that stop cluster daemons (each cluster's one
 # after another, the clusters side by side). CI=true fails when a cluster cannot start.
-test: install
+# ruff and mypy, configured in pyproject.toml; make test runs them first and stops on a finding.
+lint: install
+	$(BIN)/ruff check dd_slurm tests
+	$(BIN)/mypy
+
+test: install lint
 	@export CLUSTERS="$(CLUSTERS)"; \
 	bash $(CLUSTERS_SH) up; rc=$$?; [ $$rc = 2 ] && exit 2; \
 	if [ $$rc != 0 ]; then \

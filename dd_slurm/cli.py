@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, cast
 
 import click
 
 from dd_slurm.errors import EXIT_INVALID, DdSlurmError
-from dd_slurm.machine.table import UNTIL_STATES
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -89,7 +89,8 @@ def diagram(directory: str, check: bool) -> None:
 def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mermaid: bool) -> None:
     """State, failure and the log to open, history, readiness, endpoints, result, gateway,
     processes and the cleanup report."""
-    from dd_slurm.store.view import attempt_dir as checked_dir, inspect_attempt
+    from dd_slurm.store.view import attempt_dir as checked_dir
+    from dd_slurm.store.view import inspect_attempt
 
     if chart and (as_json or timeline):
         raise click.UsageError("--chart prints Mermaid; it cannot be combined with --json or --timeline")
@@ -272,7 +273,7 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
 
     if is_run_dir(attempt_dir):
         return _run_status(attempt_dir, as_json, watch, interval)
-    directory, clock, commands = checked_dir(attempt_dir), _clock(), _LazyCommands()
+    directory, clock, commands = checked_dir(attempt_dir), _clock(), cast(Any, _LazyCommands())
     if not watch:
         from dd_slurm.errors import EXIT_SCHEDULER
         from dd_slurm.report import status_text
@@ -344,79 +345,6 @@ def cancel(attempt_dir: str, as_json: bool) -> None:
          else f"not cancelled: {v['ended']}")
 
 
-def _digests(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None) -> tuple[str, str]:
-    from dd_slurm.store.attempt_record import read_record
-
-    if bundle_digest and plan_digest:
-        return bundle_digest, plan_digest
-    record = read_record(attempt_dir)
-    return bundle_digest or record["bundle_digest"], plan_digest or record["plan_digest"]
-
-
-def _shard_or_self(attempt_dir: str) -> str:
-    """A run dir (an array's entrypoint passes one) means this task's shard, by SLURM_ARRAY_TASK_ID."""
-    import os
-
-    from dd_slurm.shards import select_shard
-
-    return str(select_shard(attempt_dir, os.environ))
-
-
-digest_options = [
-    click.option("--bundle-digest", help="Expected bundle digest (the entrypoint passes it)."),
-    click.option("--plan-digest", help="Expected plan digest (the entrypoint passes it)."),
-]
-
-
-def _with_digests(func):
-    for option in reversed(digest_options):
-        func = option(func)
-    return func
-
-
-@cli.command()
-@click.argument("attempt_dir", type=click.Path())
-@_with_digests
-@json_option
-def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as_json: bool) -> None:
-    """Inside the allocation: drive the attempt to `done` (exit 4 unless it succeeded)."""
-    from dd_slurm.errors import EXIT_ATTEMPT_FAILED
-    from dd_slurm.runtime.run import run_attempt
-    from dd_slurm.store.view import attempt_dir as checked_dir, attempt_summary
-
-    directory = checked_dir(_shard_or_self(attempt_dir))
-    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest),
-                          early_signals=_early_signals())
-    from dd_slurm.report import attempt_line
-
-    emit(attempt_summary(directory), as_json, attempt_line)
-    sys.exit(0 if attempt.outcome == "succeeded" else EXIT_ATTEMPT_FAILED)
-
-
-@cli.command()
-@click.argument("attempt_dir", type=click.Path())
-@click.option("--until", "until", type=click.Choice(
-    list(UNTIL_STATES)),
-    help="Stop on reaching this state (default: run to done); only verified, cleanup or done, where no "
-         "process of the attempt is left running without a supervisor.")
-@_with_digests
-def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan_digest: str | None) -> None:
-    """Run the next transition(s) only, in this process."""
-    from dd_slurm.runtime.run import run_attempt
-    from dd_slurm.store.view import attempt_dir as checked_dir
-
-    directory = checked_dir(_shard_or_self(attempt_dir))
-    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), until=until,
-                          early_signals=_early_signals(), command="advance")
-    click.echo(attempt.state)
-
-
-def _early_signals() -> list[int] | None:
-    """Signals the bundle's entry point recorded before the CLI was imported (see main)."""
-    ctx = click.get_current_context()
-    return (ctx.obj or {}).get("early_signals")
-
-
 def main(argv: list[str] | None = None, early_signals: list[int] | None = None) -> None:
     """The console script (the bundle's entry.py passes the list its signal handlers record into):
     every failure is one `error:` line and an exit code, never a traceback."""
@@ -444,5 +372,8 @@ def main(argv: list[str] | None = None, early_signals: list[int] | None = None) 
         if "null byte" not in str(err):  # click stats paths; no shell can pass a NUL, an in-process caller can
             fail(f"internal error (ValueError: {err}); please report it", 1)
         fail("a path cannot hold a NUL byte", EXIT_INVALID)
-    except Exception as err:  # noqa: BLE001 - a bug: still one line, and said to be ours
+    except Exception as err:
         fail(f"internal error ({type(err).__name__}: {err}); please report it", 1)
+
+
+from dd_slurm import cli_runtime  # noqa: E402,F401 - registers `run` and `advance` on the group

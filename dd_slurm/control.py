@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput, SchedulerError, SubmissionUnknown
@@ -19,7 +20,7 @@ SCHEDULER_OUTCOME = {"cancelled": "cancelled", "timeout": "timed_out", "deadline
                      "preempted": "cancelled"}
 
 
-def submit(plan_path: str, workspace: str, commands: "SlurmCommands", clock: Clock,
+def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock,
            environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import stage
     from dd_slurm.plan import load_plan
@@ -68,14 +69,14 @@ def _after_failed_submit(attempt_dir: Path, err: BaseException) -> None:
     err.args = (f"{err}; the staged attempt is kept at {attempt_dir}",)
 
 
-def observations(result: "QueryResult", job_ids: list[str], lag: "LagClock") -> list["Observation"]:
+def observations(result: QueryResult, job_ids: list[str], lag: LagClock) -> list[Observation]:
     from dd_slurm.scheduler.observe import index_rows, observe
 
     sacct = index_rows(result.sacct) if result.sacct is not None else None
     return observe(job_ids, index_rows(result.squeue), sacct, lag, result.sacct_error)
 
 
-def query(job_ids: list[str], commands: "SlurmCommands", clock: Clock) -> list["Observation"]:
+def query(job_ids: list[str], commands: SlurmCommands, clock: Clock) -> list[Observation]:
     from dd_slurm.scheduler.observe import LagClock
 
     bad = [j for j in job_ids if not JOB_ID.match(j)]
@@ -84,7 +85,7 @@ def query(job_ids: list[str], commands: "SlurmCommands", clock: Clock) -> list["
     return observations(commands.query(job_ids), job_ids, LagClock(clock.wall(), None))
 
 
-def status(attempt_dir: Path, commands: "SlurmCommands", clock: Clock) -> dict[str, Any]:
+def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
     """The attempt from disk, a scheduler observation (none needed once accounting's terminal
     record is persisted), readiness, and the effective outcome. A scheduler that cannot answer
     leaves `scheduler` null and says why in `scheduler_error` (the CLI then exits 3)."""
@@ -102,7 +103,7 @@ def status(attempt_dir: Path, commands: "SlurmCommands", clock: Clock) -> dict[s
     return view
 
 
-def observe_attempt(attempt_dir: Path, record: dict, commands: "SlurmCommands", clock: Clock) -> Optional[dict]:
+def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Clock) -> Optional[dict]:
     job_id = record.get("job_id")
     if not job_id:
         return None
@@ -131,7 +132,7 @@ def effective(attempt: dict[str, Any], obs: Optional[dict[str, Any]]) -> Optiona
     return {"outcome": SCHEDULER_OUTCOME.get(obs["state"], "failed"), "reason": "supervisor_lost", "from": "scheduler"}
 
 
-def cancel(attempt_dir: Path, commands: "SlurmCommands", clock: Clock) -> dict[str, Any]:
+def cancel(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
     """scancel, then record the request. An attempt that has ended (done, or its job terminal)
     is not cancelled and nothing is recorded; a failing scancel records nothing either."""
     record = read_record(attempt_dir)
@@ -148,7 +149,7 @@ def cancel(attempt_dir: Path, commands: "SlurmCommands", clock: Clock) -> dict[s
     return {**out, "cancel_requested": True}
 
 
-def _ended(attempt_dir: Path, record: dict, commands: "SlurmCommands", clock: Clock) -> Optional[str]:
+def _ended(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Clock) -> Optional[str]:
     attempt = attempt_summary(attempt_dir)
     if attempt["state"] == "done":
         return f"the attempt is done ({attempt['outcome']}, {attempt['reason']})"

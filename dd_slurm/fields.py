@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 SURROGATE = re.compile("[\ud800-\udfff]")

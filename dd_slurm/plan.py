@@ -12,7 +12,6 @@ import attrs
 from dd_slurm import fields as F
 from dd_slurm import plan_checks as C
 from dd_slurm.errors import PlanError
-from dd_slurm.plan_checks import SCHEMA_VERSION
 
 RESULT_FORMATS = ("jsonl", "json", "parquet", "file")
 
@@ -155,7 +154,7 @@ class Plan:
         check_fit(self)
 
 
-def load_plan(path: Path) -> Plan:
+def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan file; every failure is a PlanError naming the field."""
     try:
         raw = Path(path).read_bytes()

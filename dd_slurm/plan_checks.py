@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import posixpath
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 

@@ -48,7 +48,7 @@ def _structure_tuple(value: Any, type_: Any) -> tuple[Any, ...]:
     for index, item in enumerate(value):
         try:
             items.append(CONVERTER.structure(item, item_type))
-        except Exception as err:  # noqa: BLE001 - re-raised with the index in its path
+        except Exception as err:
             raise _Nested(f"[{index}]", err) from None
     return tuple(items)
 
@@ -84,7 +84,7 @@ def structure_plan(data: Any) -> Any:
         raise PlanError("", "the plan must be a JSON object")
     try:
         return CONVERTER.structure(data, Plan)
-    except Exception as err:  # noqa: BLE001 - every structuring failure becomes one PlanError
+    except Exception as err:
         path, reason = first_error(err, "")
         raise PlanError(path.lstrip("."), reason) from None
 

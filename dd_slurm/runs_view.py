@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store.atomic import sync_filesystem

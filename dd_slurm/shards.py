@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import attrs
 
@@ -22,8 +23,7 @@ from dd_slurm.plan import Array, Plan, canonical_json, plan_digest
 from dd_slurm.scheduler.render import LOG_DIR, ScriptContext, render_script
 from dd_slurm.store.atomic import sync_filesystem, write_atomic
 from dd_slurm.store.attempt_record import RECORD_NAME, new_record, read_record
-from dd_slurm.store.run_record import RUN_NAME, RUNS_DIR, is_run_dir, new_run, read_run, shard_id, shard_width, \
-    update_run
+from dd_slurm.store.run_record import RUN_NAME, RUNS_DIR, is_run_dir, new_run, read_run, shard_id, shard_width, update_run
 from dd_slurm.store.view import PLAN_NAME
 
 SCRIPT_NAME = "job.sbatch"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MAX_NUMBER_CHARS = 40
 MAX_DEPTH = 64

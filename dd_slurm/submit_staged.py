@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput
@@ -33,7 +34,8 @@ def submit_staged(attempt_dir: str, workspace: str, commands: SlurmCommands, clo
     from dd_slurm.bundle.stage import SCRIPT_NAME, workspace_path
     from dd_slurm.plan import load_plan
     from dd_slurm.scheduler.render import forwarded_names
-    from dd_slurm.store.view import PLAN_NAME, attempt_dir as checked_dir
+    from dd_slurm.store.view import PLAN_NAME
+    from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory = checked_dir(attempt_dir).resolve()
     if directory.parent != (workspace_path(workspace) / "attempts").resolve():

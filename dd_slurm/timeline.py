@@ -198,8 +198,7 @@ def markdown(tl: Timeline) -> str:
 
 def load(attempt_dir: Path) -> Timeline:
     from dd_slurm.machine.journal import JOURNAL_NAME, read_journal
-    from dd_slurm.store.view import (PLAN_NAME, PROCESSES_NAME, READINESS_NAME, RECORD_NAME, SUPERVISOR_NAME,
-                                     read_json)
+    from dd_slurm.store.view import PLAN_NAME, PROCESSES_NAME, READINESS_NAME, RECORD_NAME, SUPERVISOR_NAME, read_json
 
     d = Path(attempt_dir)
     return build(d.name, read_json(d / RECORD_NAME), read_journal(d / JOURNAL_NAME), read_json(d / READINESS_NAME),

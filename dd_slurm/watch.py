@@ -9,7 +9,8 @@ moved, or when the heartbeat is due.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import EXIT_ATTEMPT_FAILED, EXIT_OK

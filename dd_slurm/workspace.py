@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store.atomic import dump_json, sync_filesystem, write_atomic

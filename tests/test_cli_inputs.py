@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dd_slurm.cli import main
 from tests.runtime.harness import plan_data, stage_plan

@@ -235,8 +235,8 @@ def test_an_adopted_submission_is_recorded_and_said(fake_slurm, fake_commands, c
 def test_a_raw_task_id_finds_its_task() -> None:
     """`query 21`, where 21 is the raw id of array task 17_1 (recorded on the lab cluster): that
     task's observation, not `lost`."""
-    from dd_slurm.scheduler.parse import parse_sacct
     from dd_slurm.scheduler.observe import LagClock, index_rows, observe
+    from dd_slurm.scheduler.parse import parse_sacct
     from tests.conftest import FIXTURES
 
     squeue = json.loads((FIXTURES / "slurm" / "squeue-raw-task.json").read_text())["stdout"]

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dd_slurm.clock import FakeClock
 from dd_slurm.errors import InvalidInput

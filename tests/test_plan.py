@@ -7,7 +7,8 @@ from pathlib import Path
 
 import attrs
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dd_slurm import fields
 from dd_slurm.errors import PlanError

@@ -6,7 +6,8 @@ import json
 import os
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dd_slurm.clock import FakeClock
 from dd_slurm.errors import AttemptDirError

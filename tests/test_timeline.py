@@ -6,7 +6,8 @@ import json
 import shutil
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dd_slurm.timeline import TIMELINE_NAME, build, load, markdown, mermaid, table, write_timeline
 from tests.conftest import FIXTURES

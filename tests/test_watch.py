@@ -7,7 +7,8 @@ import json
 import subprocess
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dd_slurm.clock import FakeClock
 from dd_slurm.watch import exit_code, follow, hms, progress

@@ -200,7 +200,7 @@ def main(argv: list) -> int:
         return gateway_main(argv[2:])
     from dd_slurm.cli import main as cli_main
 
-    cli_main(early_signals=_DD_SLURM_EARLY_SIGNALS)  # noqa: F821 - set above or by the boot
+    cli_main(early_signals=_DD_SLURM_EARLY_SIGNALS)
     return 0
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import dd_slurm
 from dd_slurm.bundle.entry import FORMAT, MANIFEST_NAME, manifest_digest, verify

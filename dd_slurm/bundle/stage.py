@@ -11,8 +11,16 @@ from typing import Optional
 
 import attrs
 
-from dd_slurm.bundle.manifest import (MANIFEST_NAME, compile_bytecode, entry_sha256, manifest_of, planned_sources,
-                                      read_manifest, verify_bundle, write_files)
+from dd_slurm.bundle.manifest import (
+    MANIFEST_NAME,
+    compile_bytecode,
+    entry_sha256,
+    manifest_of,
+    planned_sources,
+    read_manifest,
+    verify_bundle,
+    write_files,
+)
 from dd_slurm.clock import Clock
 from dd_slurm.errors import InvalidInput
 from dd_slurm.fields import control_char

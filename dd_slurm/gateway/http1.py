@@ -8,7 +8,7 @@ folding; header names are tokens. Everything else passes through byte for byte.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import attrs
 

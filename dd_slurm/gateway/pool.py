@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from dd_slurm.gateway.config import ReplicaTarget
 from dd_slurm.gateway.router import pick
@@ -27,7 +27,7 @@ class Rejected(Exception):
 class Upstream:
     """One connection to a replica."""
 
-    __slots__ = ("reader", "writer", "idle_since")
+    __slots__ = ("idle_since", "reader", "writer")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer, self.idle_since = reader, writer, 0.0
@@ -36,7 +36,7 @@ class Upstream:
 class Replica:
     """A replica as the gateway tracks it: load, health, progress and idle connections."""
 
-    __slots__ = ("target", "index", "host", "port", "inflight", "down_until", "progress", "stats", "idle")
+    __slots__ = ("down_until", "host", "idle", "index", "inflight", "port", "progress", "stats", "target")
 
     def __init__(self, target: ReplicaTarget, index: int) -> None:
         self.target, self.index = target, index
@@ -68,7 +68,7 @@ class Replica:
 
 
 class Waiter:
-    __slots__ = ("future", "excluded")
+    __slots__ = ("excluded", "future")
 
     def __init__(self, future: asyncio.Future, excluded: frozenset[int]) -> None:
         self.future, self.excluded = future, excluded

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from dd_slurm.gateway import http1
 from dd_slurm.gateway.http1 import CHUNKED, CRLF, END, NO_BODY, UNTIL_CLOSE, BadMessage, Head

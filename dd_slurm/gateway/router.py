@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def pick(loads: Sequence[int], caps: Sequence[int], usable: Sequence[bool], cursor: int) -> int | None:

@@ -17,8 +17,8 @@ import gc
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from dd_slurm.clock import Clock
 from dd_slurm.gateway.config import GatewayConfig

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 BUCKETS_PER_E = 1 / math.log(1.02)  # 2 % wide buckets: bounded memory, quantiles within 2 %
 
@@ -47,7 +47,7 @@ def status_class(status: int) -> str:
 class Counters:
     """What one alias or one replica has seen."""
 
-    __slots__ = ("requests", "responses", "latency", "errors", "peak")
+    __slots__ = ("errors", "latency", "peak", "requests", "responses")
 
     def __init__(self) -> None:
         self.requests = 0

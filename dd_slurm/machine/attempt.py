@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol
+from collections.abc import Callable
+from typing import Any, Optional, Protocol
 
 from transitions import Machine
-from transitions.core import EventData, MachineError as TransitionsMachineError
+from transitions.core import EventData
+from transitions.core import MachineError as TransitionsMachineError
 
 from dd_slurm.errors import AttemptFailure, MachineError
 from dd_slurm.machine import table as T
@@ -87,7 +89,7 @@ class Attempt:
         self.cleanup_runs += 1
         try:
             self.actions.run_cleanup(self.outcome or "failed", self.reason or "unknown")
-        except Exception as exc:  # noqa: BLE001 - cleanup fails safe
+        except Exception as exc:
             self.journal.append("internal", self.state, self.state, "run_cleanup",
                                 cleanup_error=f"{type(exc).__name__}: {exc}")
 
@@ -115,7 +117,7 @@ class Attempt:
                 raise AttemptFailure(f"{trigger}_guard_false")
         except AttemptFailure as failure:
             self.fail(outcome=failure.outcome, reason=failure.reason, detail=failure.detail or None)
-        except Exception as exc:  # noqa: BLE001 - a bug in an action still ends in cleanup
+        except Exception as exc:
             self.fail(outcome="failed", reason="internal_error", detail=f"{type(exc).__name__}: {exc}")
         return self.state
 

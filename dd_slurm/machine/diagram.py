@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 from dd_slurm.machine import table as T
 
@@ -77,7 +78,7 @@ def render_all() -> dict[str, str]:
     return {MERMAID_NAME: mermaid(), MARKDOWN_NAME: markdown()}
 
 
-def stale_files(directory: Path) -> list[str]:
+def stale_files(directory: str | Path) -> list[str]:
     """Names of generated files that are missing or differ from what the table generates now."""
     stale = []
     for name, text in render_all().items():
@@ -87,7 +88,7 @@ def stale_files(directory: Path) -> list[str]:
     return stale
 
 
-def write_all(directory: Path) -> list[Path]:
+def write_all(directory: str | Path) -> list[Path]:
     from dd_slurm.store.atomic import write_atomic
 
     Path(directory).mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,6 @@ Launch actions return at once; guards wait against absolute deadlines and raise 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import attrs
 
@@ -53,7 +54,7 @@ class JobFacts:
                 if end is not None:
                     self.end_time, self.end_source = end, "scontrol"
             self.killwait = parse_killwait(commands.show("config"))  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - facts are optional; cleanup falls back
+        except Exception:
             pass
 
 

@@ -12,8 +12,9 @@ import json
 import re
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.budget import STOP_ALLOWANCE_S, Budget
@@ -193,5 +194,5 @@ class Cleanup:
     def _guarded(report: dict, what: str, action: Callable[[], object]) -> None:
         try:
             action()
-        except Exception as err:  # noqa: BLE001 - cleanup records and goes on
+        except Exception as err:
             report["problems"].append(f"{what}: {type(err).__name__}: {err}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import attrs
 
@@ -19,7 +20,7 @@ class Allocation:
     cuda_visible_devices: Optional[str]
 
     @classmethod
-    def from_environ(cls, env: Mapping[str, str]) -> "Allocation":
+    def from_environ(cls, env: Mapping[str, str]) -> Allocation:
         job_id = env.get("SLURM_JOB_ID", "")
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", "")
         if not job_id or not nodelist:

@@ -10,8 +10,9 @@ While `planned` (before launch, for the preflight) a replica whose port is chose
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 from dd_slurm.plan import Plan
 from dd_slurm.runtime.placement import Placed

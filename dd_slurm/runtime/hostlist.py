@@ -18,7 +18,9 @@ class HostlistError(ValueError):
 
 
 def _split_top(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "[":
             depth += 1

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.processes import ProcessTable, Tracked

@@ -241,7 +241,7 @@ def _check_logical(element: dict, index: int, group: bool) -> None:
         raise ParquetError(f"Parquet footer: schema element {index} has no valid physical type ({kind})")
     elif kind == FIXED_LEN_BYTE_ARRAY and element.get(2, 0) <= 0:
         raise ParquetError(f"Parquet footer: schema element {index} is fixed-length without a length")
-    elif not _annotation_fits(element, kind):
+    elif not _annotation_fits(element, kind):  # type: ignore[arg-type]  # kind is in PHYSICAL_TYPES here
         raise ParquetError(f"Parquet footer: schema element {index} has an annotation its type {kind} cannot carry")
     if index and 3 not in element:
         raise ParquetError(f"Parquet footer: schema element {index} has no repetition type")
@@ -316,7 +316,7 @@ def parquet_rows_of(data: bytes) -> int:
     footer, size = _footer_of(data)
     length = len(footer)
     reader = _Reader(footer)
-    meta = reader.fields(0)
+    meta: Any = reader.fields(0)
     if reader.pos != length:
         raise ParquetError(f"Parquet footer: {length - reader.pos} bytes after FileMetaData")
     meta = _conform(meta, "FileMetaData", "FileMetaData")

@@ -7,8 +7,9 @@ import os
 import signal
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Optional
 
 import attrs
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan import Result
@@ -30,7 +31,7 @@ def read_result(path: Path, fmt: str, opener: Callable = open) -> tuple[Optional
     return counter.done(), size, digest.hexdigest()
 
 
-def _counter(fmt: str) -> "_Counter":
+def _counter(fmt: str) -> _Counter:
     return {"jsonl": _JsonLines, "json": _Json, "parquet": _Parquet}.get(fmt, _Counter)()
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import TYPE_CHECKING, Optional
 
 import attrs
 
@@ -105,7 +106,7 @@ class Session:
         """For cleanup only: the prepared values if preparation succeeds now or did before, else None."""
         try:
             return self.prepare()
-        except Exception:  # noqa: BLE001 - cleanup still stops what this process started
+        except Exception:
             return self._prepared
 
     @property

@@ -4,7 +4,8 @@ can never interrupt a spawn between the fork and the registration of the child."
 from __future__ import annotations
 
 import signal
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
 
@@ -28,7 +29,7 @@ class SignalGate:
         self._previous: dict[int, object] = {}
         self._time_limit = time_limit
 
-    def install(self) -> "SignalGate":
+    def install(self) -> SignalGate:
         for signo in OUTCOMES:
             self._previous[signo] = signal.signal(signo, self._record)
         return self

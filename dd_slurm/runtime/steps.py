@@ -16,7 +16,8 @@ CUDA_VISIBLE_DEVICES to the slots placement gave them, so co-located replicas ne
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import attrs
 

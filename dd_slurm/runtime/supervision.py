@@ -16,8 +16,9 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Protocol
+from typing import Optional, Protocol
 
 import attrs
 
@@ -54,7 +55,7 @@ class Holder:
     since: float
 
     @classmethod
-    def me(cls, command: str, environ: Mapping[str, str]) -> "Holder":
+    def me(cls, command: str, environ: Mapping[str, str]) -> Holder:
         pid = os.getpid()
         host = socket.gethostname().split(".")[0]
         return cls(command, environ.get("SLURM_JOB_ID", ""), environ.get("SLURM_STEP_ID", "batch"),
@@ -64,7 +65,7 @@ class Holder:
         return attrs.asdict(self)
 
     @classmethod
-    def parse(cls, data: bytes) -> "Holder":
+    def parse(cls, data: bytes) -> Holder:
         """Validated: a lock file is read back from a shared disk."""
         value = json.loads(data)
         if not isinstance(value, dict) or set(value) != set(HOLDER_FIELDS):
@@ -81,7 +82,7 @@ class Holder:
         job = f"job {self.job_id} step {self.step_id}" if self.job_id else "no job"
         return f"`{self.command}` pid {self.pid} on {self.node} ({job}, since {since})"
 
-    def same_machine(self, other: "Holder") -> bool:
+    def same_machine(self, other: Holder) -> bool:
         return self.host == other.host and self.boot_id == other.boot_id and bool(self.boot_id)
 
 
@@ -151,7 +152,7 @@ class SupervisorLock:
             return Holder.parse(data), fd
         except ValueError:
             os.close(fd)
-            raise SupervisionRefused(f"{self.path}: not a supervisor lock record; remove it if no supervisor runs")
+            raise SupervisionRefused(f"{self.path}: not a supervisor lock record; remove it if no supervisor runs") from None
 
     def _holder_live(self, holder: Holder, fd: int) -> Optional[bool]:
         try:
@@ -175,7 +176,7 @@ class SupervisorLock:
             fd = os.open(takeover, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
             if time.time() - takeover.stat().st_mtime < TAKEOVER_STALE_S:
-                raise SupervisionRefused(f"{self.path.parent}: another process is replacing a stale supervisor lock")
+                raise SupervisionRefused(f"{self.path.parent}: another process is replacing a stale supervisor lock") from None
             takeover.unlink(missing_ok=True)
             return
         try:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from dd_slurm.bundle.manifest import verify_bundle
 from dd_slurm.errors import PlanError, VerificationError

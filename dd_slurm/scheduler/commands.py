@@ -11,12 +11,21 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from dd_slurm.clock import Clock, slurm_time
-from dd_slurm.errors import (InvalidInput, OutputError, SchedulerError, SubmissionUnknown, ToolFailed, ToolMissing,
-                             ToolTimeout, Transient)
+from dd_slurm.errors import (
+    InvalidInput,
+    OutputError,
+    SchedulerError,
+    SubmissionUnknown,
+    ToolFailed,
+    ToolMissing,
+    ToolTimeout,
+    Transient,
+)
 from dd_slurm.scheduler import parse
 
 TOOLS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "srun")
@@ -71,7 +80,9 @@ def tool_env(environ: Mapping[str, str], bin_dir: Optional[str]) -> dict[str, st
 def id_chunks(job_ids: Iterable[str], limit: int = MAX_ARG_CHARS) -> list[str]:
     """Comma-joined id lists, each under `limit` characters. Array tasks collapse to their job."""
     parents = list(dict.fromkeys(i.split("_")[0].split("+")[0] for i in job_ids))
-    chunks, current, size = [], [], 0
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
     for job in parents:
         if current and size + len(job) + 1 > limit:
             chunks.append(",".join(current))
@@ -94,7 +105,7 @@ class SlurmCommands:
         self.backoff_s = backoff_s
 
     @classmethod
-    def from_environ(cls, clock: Clock, environ: Mapping[str, str] = os.environ, **kwargs: object) -> "SlurmCommands":
+    def from_environ(cls, clock: Clock, environ: Mapping[str, str] = os.environ, **kwargs: object) -> SlurmCommands:
         return cls(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, **kwargs)  # type: ignore[arg-type]
 
     def executable(self, tool: str) -> str:
@@ -140,7 +151,7 @@ class SlurmCommands:
         raise AssertionError("unreachable")
 
     def submit(self, script: Path, job_name: str, forward: Mapping[str, str] | None = None,
-               since: Optional[float] = None) -> "Submission":
+               since: Optional[float] = None) -> Submission:
         """sbatch --parsable (with the plan's forwarded variables, nothing else of ours). sbatch is
         never rerun before the unique job name has been looked up in squeue and sacct: an
         ambiguous answer (a transport error, a timeout, unreadable output) may hide a job that
@@ -195,7 +206,7 @@ class SlurmCommands:
                 found.add(token)
         return sorted(found, key=int)
 
-    def _adopt(self, found: list[str], why: str) -> "Submission":
+    def _adopt(self, found: list[str], why: str) -> Submission:
         note = f"sbatch's answer was ambiguous ({why}); adopted job {found[0]} found by its unique name"
         for extra in found[1:]:
             self.cancel(extra)
@@ -257,7 +268,7 @@ class SlurmCommands:
         """`scontrol show job -o ID` / `scontrol show config`: the raw text (parsed by its user)."""
         return self.run("scontrol", ["show", kind, *(["-o", *names] if names else [])]).stdout
 
-    def bounded(self, timeout_s: float) -> "SlurmCommands":
+    def bounded(self, timeout_s: float) -> SlurmCommands:
         """The same client with one try of at most `timeout_s` per call (cleanup's budget)."""
         clone = SlurmCommands(self.clock, self.bin_dir, {}, timeout_s=max(timeout_s, 0.1), attempts=1)
         clone.env = dict(self.env)

@@ -9,7 +9,8 @@ Rules, in order, for each job or task:
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, NamedTuple, Optional
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Optional
 
 from dd_slurm.scheduler.parse import Row, expand_tasks
 from dd_slurm.scheduler.states import is_terminal, normalize_state

@@ -12,7 +12,8 @@ most 10 characters (Slurm's ids are 32-bit), so no text can make `int()` itself 
 from __future__ import annotations
 
 import re
-from typing import Iterator, NamedTuple, Optional
+from collections.abc import Iterator
+from typing import NamedTuple, Optional
 
 from dd_slurm.errors import OutputError
 

@@ -125,7 +125,7 @@ def check_context(ctx: ScriptContext) -> None:
         if value is None:
             continue
         bad = control_char(value)
-        if bad or "," in value and name == "bin_dir":
+        if bad or ("," in value and name == "bin_dir"):
             raise RenderError(f"{name}: cannot be rendered safely ({bad or 'comma'})")
     if len(ctx.entry_sha256) != 64 or not set(ctx.entry_sha256) <= set("0123456789abcdef"):
         raise RenderError("entry_sha256: must be the 64-digit sha256 of the bundle's entry.py")

@@ -15,9 +15,10 @@ import fcntl
 import json
 import math
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store.atomic import dump_json, write_atomic
@@ -29,7 +30,7 @@ JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,7})?\Z", re.ASCII)
 _TIMES = ("submitted_at", "last_seen", "staged_at")
 
 
-def read_record(attempt_dir: Path) -> dict[str, Any]:
+def read_record(attempt_dir: str | Path) -> dict[str, Any]:
     path = Path(attempt_dir) / RECORD_NAME
     try:
         record = json.loads(path.read_bytes())

@@ -10,9 +10,10 @@ from __future__ import annotations
 import fcntl
 import json
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store.atomic import dump_json, write_atomic
@@ -32,7 +33,7 @@ def shard_id(run_id: str, index: int, count: int) -> str:
     return f"{run_id}-s{index:0{shard_width(count)}d}"
 
 
-def is_run_dir(path: Path) -> bool:
+def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / RUN_NAME).is_file()
 
 

@@ -36,7 +36,7 @@ def attempt_dir(path: str | Path, runs: bool = False) -> Path:
     return directory
 
 
-def read_json(path: Path, expect: type = dict) -> Optional[Any]:
+def read_json(path: Path, expect: type | tuple[type, ...] = dict) -> Optional[Any]:
     """The JSON value in `path` (None when absent); anything unreadable, nested too deeply or not
     of the expected shape is an AttemptDirError naming the file."""
     try:

@@ -108,7 +108,7 @@ def prompt_of(body: dict) -> str:
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: "ModelServer"
+    server: ModelServer
     protocol_version = "HTTP/1.1"
 
     def log_message(self, fmt: str, *args: object) -> None:
@@ -129,7 +129,7 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(401, json.dumps({"error": "Unauthorized"}).encode())
         return False
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         if not self.authorized():
             return
         if self.path == "/health":
@@ -143,7 +143,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.reply(404, json.dumps({"detail": "Not Found"}).encode())
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -257,7 +257,7 @@ def gather_followers(args: argparse.Namespace) -> list[socket.socket]:
     while len(joined) < args.num_nodes - 1:
         try:
             conn, peer = listener.accept()
-        except socket.timeout:
+        except TimeoutError:
             log(f"only {len(joined)} of {args.num_nodes - 1} followers joined")
             sys.exit(RANK_FAILURE_EXIT)
         hello = conn.recv(64).decode(errors="replace").strip()

@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     signalled: list[int] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        def do_GET(self) -> None:
             ready = time.monotonic() >= ready_at
             if ready and args.signal_on_health and not signalled:
                 pid = json.loads(Path(args.signal_on_health, "supervisor.json").read_text())["pid"]

@@ -6,8 +6,9 @@ action (signal, scancel) is taken once the attempt's journal shows the state."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import attrs
 

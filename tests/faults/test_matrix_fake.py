@@ -11,9 +11,9 @@ import time
 
 import pytest
 
+from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.processes import ProcessTable
-from dd_slurm.clock import Clock
 from tests.faults.matrix import CELLS, Cell, check_cell_aftermath, wait_for_state
 from tests.runtime.harness import NODES, allocation_env, no_leftovers, plan_data, stage_plan, supervisor_argv
 
@@ -38,7 +38,8 @@ def run_cell(tmp_path, fake_slurm, cell: Cell):
     env = allocation_env(fake_slurm.bin_dir, NODES[: data["job"]["nodes"]], data["job"]["gpus_per_node"])
     if cell.action == "break_launch":
         fake_slurm.add_fault("srun", exit=1, match="--job-name=deploy-small-0",
-                             stderr="srun: error: Unable to create step for job 4242: Requested node configuration is not available\n")
+                             stderr="srun: error: Unable to create step for job 4242: "
+                                    "Requested node configuration is not available\n")
     argv = supervisor_argv(staged, data)
     supervisor = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -10,8 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,7 +146,7 @@ class Gateway:
                                      env=environ, stderr=subprocess.PIPE, text=True)
         self.port = 0
 
-    def wait_serving(self, seconds: float = 10) -> "Gateway":
+    def wait_serving(self, seconds: float = 10) -> Gateway:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from dd_slurm.bundle.stage import stage
 from dd_slurm.clock import Clock
 from dd_slurm.plan import parse_plan
-from dd_slurm.runtime.run import run_attempt
 from dd_slurm.runtime.leftover_scan import leftovers
+from dd_slurm.runtime.run import run_attempt
 from tests.conftest import PLANS
 
 NODES = ("127.0.2.1", "127.0.2.2", "127.0.2.3")

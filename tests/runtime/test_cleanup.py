@@ -22,7 +22,8 @@ def _setup(tmp_path, fake_slurm):
     clock = Clock()
     table = ProcessTable(staged.attempt_dir, clock)
     runner = StepRunner(table, clock, staged.attempt_dir, str(fake_slurm.bin_dir / "srun"), "4242",
-                        interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest), str(staged.bundle_dir / "entry.py"),
+                        interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest),
+                        str(staged.bundle_dir / "entry.py"),
                         {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})
     env = {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id, "DD_SLURM_ROLE": "server"}
     table.spawn("server", [sys.executable, "-c", "import time; time.sleep(60)"], env, staged.attempt_dir / "logs" / "s.log")
@@ -52,7 +53,8 @@ def test_a_node_that_does_not_answer_is_recorded(tmp_path, fake_slurm) -> None:
     (the report is written, the readiness hook runs)."""
     staged, clock, table, runner = _setup(tmp_path, fake_slurm)
     fake_slurm.add_fault("srun", exit=1, match="--job-name=scan-kill",
-                         stderr="srun: error: Task launch for StepId=4242.3 failed on node n2: Communication connection failure\n")
+                         stderr="srun: error: Task launch for StepId=4242.3 failed on node n2: "
+                                "Communication connection failure\n")
     finished = []
     report = Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id,
                      lambda n, s, timeout_s=None: False, lambda: finished.append(True)).run([["server"]], "failed", "test")

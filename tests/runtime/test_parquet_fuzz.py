@@ -9,7 +9,8 @@ import io
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dd_slurm.runtime.parquet_rows import ParquetError, parquet_num_rows
 from tests.conftest import FIXTURES
@@ -65,7 +66,7 @@ def _theirs(data: bytes) -> int | str:
     """pyarrow's count; REJECTED when it refuses the file; ARROW_ONLY as above."""
     try:
         return pq.read_metadata(pa.BufferReader(data)).num_rows
-    except Exception as err:  # noqa: BLE001 - pyarrow raises several types; any of them is a refusal
+    except Exception as err:
         return ARROW_ONLY if any(text in str(err) for text in ARROW_CONVERSION) else REJECTED
 
 

@@ -9,7 +9,8 @@ import signal
 import time
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dd_slurm.errors import AttemptFailure, VerificationError
 from dd_slurm.plan import Result, parse_plan

@@ -17,8 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.harness import (allocation_env, journal, no_leftovers, outcome, plan_data, read, servers_started,
-                                   stage_plan, supervisor_argv)
+from tests.runtime.harness import (
+    allocation_env,
+    journal,
+    no_leftovers,
+    outcome,
+    plan_data,
+    read,
+    servers_started,
+    stage_plan,
+    supervisor_argv,
+)
 
 DELAYS_MS = [0, 10, 50, 100, 200, 400, 800, 1600, 3200]
 

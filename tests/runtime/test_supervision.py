@@ -12,8 +12,8 @@ import pytest
 
 from dd_slurm.runtime.supervision import LOCK_NAME, Holder, SupervisionRefused, SupervisorLock
 from tests.faults.matrix import SLOW_CLIENT, wait_for_state
-from tests.runtime.test_run_fake import HAPPY
 from tests.runtime.harness import allocation_env, journal, plan_data, read, stage_plan, supervisor_argv
+from tests.runtime.test_run_fake import HAPPY
 
 DEAD_PID = 2 ** 22 + 17  # above any pid_max default: never a live process
 

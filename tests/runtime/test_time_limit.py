@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime.signals import SignalGate
-from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.scheduler.render import interpreter
 from tests.faults.matrix import SLOW_CLIENT, wait_for_state
 from tests.runtime.harness import NODES, allocation_env, no_leftovers, outcome, plan_data, stage_plan

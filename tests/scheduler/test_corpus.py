@@ -7,7 +7,8 @@ import json
 import re
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dd_slurm.errors import OutputError
 from dd_slurm.runtime.hostlist import expand_hostlist

@@ -234,7 +234,7 @@ def soak(tmp: Path, count: int, seed: int, workers: int = 6) -> tuple[list[Trial
 def _safe(trial: Trial, tmp: Path, seed: int) -> Trial:
     try:
         return run_trial(trial, tmp, seed)
-    except Exception as err:  # noqa: BLE001 - one broken trial is a finding, not the end of the soak
+    except Exception as err:
         trial.problems.append(f"{type(err).__name__}: {err}")
         return trial
 

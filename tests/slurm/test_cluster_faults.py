@@ -33,7 +33,7 @@ def _status(exe, attempt_dir, cluster):
 def test_accounting_lag_while_slurmdbd_is_down_then_resolved(tmp_path, dd_slurm_exe, cluster) -> None:
     """slurmdbd down: a finished job that left squeue is accounting_lag (non-terminal); past its
     reconcile deadline it is lost (terminal); once slurmdbd is back the replayed sacct record wins."""
-    status = lambda attempt: _status(dd_slurm_exe, attempt, cluster)  # noqa: E731
+    status = lambda attempt: _status(dd_slurm_exe, attempt, cluster)
     cluster.control("dbd-stop")
     try:
         attempts = {}

@@ -4,7 +4,6 @@ only it, reaches the client."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 

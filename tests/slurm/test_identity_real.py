@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -21,7 +20,6 @@ from tests.runtime.harness import no_leftovers, outcome, plan_data, read
 from tests.runtime.test_identity_fake import auth_client
 from tests.slurm.conftest import wait_until, write_script
 from tests.slurm.real_attempt import EXE, submit, wait_job_gone, wait_state
-
 
 
 def addresses(cluster) -> tuple[str, ...]:
@@ -149,7 +147,8 @@ def test_forwarded_secret_and_key_reach_the_client_and_no_file(tmp_path, cluster
 def _env_through_srun(tmp_path: Path, job_prefix: str, which: str, cluster) -> dict:
     """A task's environment under `srun --export=A,B,MISSING` with A, B and C set for srun."""
     out = tmp_path / f"env-{which}.json"
-    dump = [sys.executable if which == "fake" else "/usr/bin/python3", "-c", f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"]
+    python = sys.executable if which == "fake" else "/usr/bin/python3"
+    dump = [python, "-c", f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"]
     exports = {"A": "alpha", "B": "b,with,commas", "C": "not-listed"}
     if which == "fake":
         from dd_slurm.testing.fake_slurm import install

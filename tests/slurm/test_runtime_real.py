@@ -9,8 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.runtime.harness import (journal, no_leftovers, outcome, plan_data, read, servers_started,
-                                   three_single_node_deployments)
+from tests.runtime.harness import journal, no_leftovers, outcome, plan_data, read, servers_started, three_single_node_deployments
 from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
 
 

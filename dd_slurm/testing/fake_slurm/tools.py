@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 from dd_slurm.testing.fake_slurm import arrays
 from dd_slurm.testing.fake_slurm.state import FakeSlurm
@@ -20,7 +21,7 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPT
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # real Slurm tools exit 1 on a bad option
+    def error(self, message: str) -> None:  # type: ignore[override]  # real Slurm tools exit 1 on a bad option
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(1)
 
@@ -74,7 +75,7 @@ def sbatch(fake: FakeSlurm, argv: list[str]) -> int:
             job.update(tasks={}, options=options, script=str(Path(args.script).resolve()))
         state["jobs"][job_id] = job
     if job["array"] and not job["held"]:
-        arrays.indices(job["array"])  # a malformed spec fails here, as sbatch would refuse it
+        arrays.indices(str(job["array"]))  # a malformed spec fails here, as sbatch would refuse it
         environ = {**job_environment(options.get("--export"), os.environ), "SLURM_SUBMIT_DIR": os.getcwd(),
                    "SLURM_JOB_NAME": options.get("--job-name") or ""}
         arrays.start_driver(fake, job_id, environ, os.getcwd())

@@ -1,0 +1,85 @@
+"""The allocation-local commands, `run` and `advance`, registered on the CLI group: the
+supervisor's way in (the bundle's entry.py calls `run`). Lazy imports, like the rest of the CLI."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from dd_slurm.cli import cli, emit, json_option
+from dd_slurm.machine.table import UNTIL_STATES
+
+
+def _digests(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None) -> tuple[str, str]:
+    from dd_slurm.store.attempt_record import read_record
+
+    if bundle_digest and plan_digest:
+        return bundle_digest, plan_digest
+    record = read_record(attempt_dir)
+    return bundle_digest or record["bundle_digest"], plan_digest or record["plan_digest"]
+
+
+def _shard_or_self(attempt_dir: str) -> str:
+    """A run dir (an array's entrypoint passes one) means this task's shard, by SLURM_ARRAY_TASK_ID."""
+    import os
+
+    from dd_slurm.shards import select_shard
+
+    return str(select_shard(attempt_dir, os.environ))
+
+
+digest_options = [
+    click.option("--bundle-digest", help="Expected bundle digest (the entrypoint passes it)."),
+    click.option("--plan-digest", help="Expected plan digest (the entrypoint passes it)."),
+]
+
+
+def _with_digests(func):
+    for option in reversed(digest_options):
+        func = option(func)
+    return func
+
+
+@cli.command()
+@click.argument("attempt_dir", type=click.Path())
+@_with_digests
+@json_option
+def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as_json: bool) -> None:
+    """Inside the allocation: drive the attempt to `done` (exit 4 unless it succeeded)."""
+    from dd_slurm.errors import EXIT_ATTEMPT_FAILED
+    from dd_slurm.runtime.run import run_attempt
+    from dd_slurm.store.view import attempt_dir as checked_dir
+    from dd_slurm.store.view import attempt_summary
+
+    directory = checked_dir(_shard_or_self(attempt_dir))
+    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest),
+                          early_signals=_early_signals())
+    from dd_slurm.report import attempt_line
+
+    emit(attempt_summary(directory), as_json, attempt_line)
+    sys.exit(0 if attempt.outcome == "succeeded" else EXIT_ATTEMPT_FAILED)
+
+
+@cli.command()
+@click.argument("attempt_dir", type=click.Path())
+@click.option("--until", "until", type=click.Choice(
+    list(UNTIL_STATES)),
+    help="Stop on reaching this state (default: run to done); only verified, cleanup or done, where no "
+         "process of the attempt is left running without a supervisor.")
+@_with_digests
+def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan_digest: str | None) -> None:
+    """Run the next transition(s) only, in this process."""
+    from dd_slurm.runtime.run import run_attempt
+    from dd_slurm.store.view import attempt_dir as checked_dir
+
+    directory = checked_dir(_shard_or_self(attempt_dir))
+    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), until=until,
+                          early_signals=_early_signals(), command="advance")
+    click.echo(attempt.state)
+
+
+def _early_signals() -> list[int] | None:
+    """Signals the bundle's entry point recorded before the CLI was imported (see main)."""
+    ctx = click.get_current_context()
+    return (ctx.obj or {}).get("early_signals")
