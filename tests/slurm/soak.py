@@ -23,7 +23,7 @@ from dd_slurm.runtime.leftover_scan import leftovers
 from dd_slurm.runtime.stepexec import start_time
 from dd_slurm.store.readiness import validate_record
 from tests.runtime.harness import plan_data
-from tests.slurm.real_attempt import EXE, submit, wait_job_gone
+from tests.slurm.real_attempt import CLUSTER, EXE, submit, wait_job_gone
 
 FAULTS = ("none", "scancel", "usr1_batch", "kill_server", "kill_client", "kill_supervisor", "stop_server",
           "status_storm", "cancel_storm")
@@ -117,7 +117,8 @@ def _signal(identity: Optional[tuple[int, int]], signo: int) -> bool:
 
 
 def _storm(argv: list[str], times: int) -> None:
-    procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(times)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=CLUSTER["current"].env())
+             for _ in range(times)]
     for proc in procs:
         proc.wait(timeout=120)
 
@@ -134,9 +135,10 @@ def fire(trial: Trial) -> bool:
     if fault == "kill_supervisor":
         return _signal(_pid_of(d, "supervisor.json"), signal.SIGKILL)
     if fault == "scancel":
-        subprocess.run(["scancel", job], timeout=30)
+        subprocess.run([CLUSTER["current"].tool("scancel"), job], timeout=30, env=CLUSTER["current"].env())
     elif fault == "usr1_batch":
-        subprocess.run(["scancel", "--batch", "--signal=USR1", job], timeout=30)
+        subprocess.run([CLUSTER["current"].tool("scancel"), "--batch", "--signal=USR1", job], timeout=30,
+                       env=CLUSTER["current"].env())
     elif fault == "status_storm":
         _storm(EXE + ["status", "--json", str(d)], 8)
     elif fault == "cancel_storm":
@@ -212,7 +214,8 @@ def check(trial: Trial) -> None:
             assert [] == validate_record(json.loads((d / "readiness.json").read_text()))
     except (AssertionError, ValueError) as err:
         trial.problems.append(f"records do not parse: {err}")
-    out = subprocess.run(EXE + ["status", "--json", str(d)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(EXE + ["status", "--json", str(d)], capture_output=True, text=True, timeout=60,
+                         env=CLUSTER["current"].env())
     trial.effective = effective(json.loads(out.stdout)) if out.returncode == 0 else None
     got = (trial.effective or {}).get("outcome"), (trial.effective or {}).get("reason")
     if got not in expected(trial):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -16,9 +15,18 @@ import pytest
 from tests.faults.matrix import client_args
 from tests.runtime.harness import outcome, plan_data
 from tests.slurm.conftest import wait_until, write_script
-from tests.slurm.real_attempt import EXE, submit, wait_job_gone, wait_state
+from tests.slurm.real_attempt import CLUSTER, EXE, submit, wait_job_gone, wait_state
 
 TOOLS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "srun")
+
+
+def _tool(name: str) -> str:
+    """This test's lab cluster's tool (the `cluster` fixture sets it for every real test)."""
+    return CLUSTER["current"].tool(name)
+
+
+def _env(**extra: str) -> dict:
+    return {**CLUSTER["current"].env(), **extra}
 
 
 def lossy_sbatch_dir(tmp_path: Path) -> Path:
@@ -27,7 +35,7 @@ def lossy_sbatch_dir(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "lossy-bin"
     bin_dir.mkdir()
     for tool in TOOLS:
-        real = shutil.which(tool)
+        real = _tool(tool)
         assert real, f"{tool} not on PATH"
         if tool == "sbatch":
             (bin_dir / tool).write_text(f'#!/bin/bash\n"{real}" "$@" >/dev/null\n'
@@ -39,9 +47,9 @@ def lossy_sbatch_dir(tmp_path: Path) -> Path:
 
 
 def jobs_named(name: str) -> set[str]:
-    queued = subprocess.run(["squeue", "-h", "--states=all", f"--name={name}", "-o", "%F"], capture_output=True,
+    queued = subprocess.run([_tool("squeue"), "-h", "--states=all", f"--name={name}", "-o", "%F"], capture_output=True,
                             text=True, timeout=30).stdout.split()
-    accounted = subprocess.run(["sacct", "-n", "-X", "-P", f"--name={name}", "--starttime=now-1hour", "-o", "JobID"],
+    accounted = subprocess.run([_tool("sacct"), "-n", "-X", "-P", f"--name={name}", "--starttime=now-1hour", "-o", "JobID"],
                                capture_output=True, text=True, timeout=30).stdout.split()
     return set(queued) | {j.split("_")[0] for j in accounted}
 
@@ -50,7 +58,7 @@ def jobs_named(name: str) -> set[str]:
 def test_sbatch_that_loses_its_answer_gives_exactly_one_adopted_job(tmp_path) -> None:
     """sbatch creates the job and then says `Socket timed out`: submit adopts that job by its
     unique name (exactly one job of that name exists), records how, and says so."""
-    env = {**os.environ, "DD_SLURM_BIN_DIR": str(lossy_sbatch_dir(tmp_path))}
+    env = _env(DD_SLURM_BIN_DIR=str(lossy_sbatch_dir(tmp_path)))
     attempt_dir, job_id = submit(tmp_path, plan_data("single-node"), "lossy-sbatch", env=env)
     record = json.loads((attempt_dir / "attempt.json").read_text())
     assert ({job_id}, True) == (jobs_named(record["job_name"]), record["submission"]["adopted"])
@@ -76,7 +84,8 @@ def supervisor_pid(attempt_id: str) -> int | None:
 
 
 def status_json(attempt_dir: Path) -> dict:
-    out = subprocess.run(EXE + ["status", "--json", str(attempt_dir)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(EXE + ["status", "--json", str(attempt_dir)], capture_output=True, text=True, timeout=60,
+                         env=_env())
     assert 0 == out.returncode, out.stderr
     return json.loads(out.stdout)
 
@@ -97,7 +106,8 @@ def test_a_supervisor_killed_with_sigkill_is_supervisor_lost(tmp_path) -> None:
     view = status_json(attempt_dir)
     assert ("client", {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"}) == (
         view["attempt"]["state"], view["effective"])
-    text = subprocess.run(EXE + ["status", str(attempt_dir)], capture_output=True, text=True, timeout=60).stdout
+    text = subprocess.run(EXE + ["status", str(attempt_dir)], capture_output=True, text=True, timeout=60,
+                          env=_env()).stdout
     assert "supervisor_lost" in text and "[stale: its supervisor is gone]" in text
 
 
@@ -125,12 +135,13 @@ def test_query_by_the_raw_id_of_an_array_task(tmp_path, job_prefix, real_command
     job = real_commands.submit(script, f"{job_prefix}raw").job_id
 
     def task_with_own_id():  # the last task to start takes the array's own id; the others get new ones
-        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i|%A|%T"], capture_output=True, text=True).stdout
+        out = subprocess.run([_tool("squeue"), "-h", "-j", job, "-o", "%i|%A|%T"], capture_output=True,
+                             text=True).stdout
         rows = [line.split("|") for line in out.split()]
         return next(((task, raw) for task, raw, state in rows if state == "RUNNING" and raw != job), None)
 
     task, raw = wait_until(task_with_own_id, 60, "a running task with its own raw id")
-    out = subprocess.run(EXE + ["query", "--json", raw], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(EXE + ["query", "--json", raw], capture_output=True, text=True, timeout=60, env=_env())
     found = json.loads(out.stdout)
     assert [(task, "running", "squeue")] == [(o["job_id"], o["state"], o["source"]) for o in found]
 
@@ -150,5 +161,5 @@ def test_a_finished_attempt_needs_no_scheduler_call(tmp_path) -> None:
         (broken / tool).write_text("#!/bin/sh\necho \"$0 must not be called\" >&2\nexit 1\n")
         (broken / tool).chmod(0o755)
     out = subprocess.run(EXE + ["status", "--json", str(attempt_dir)], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "DD_SLURM_BIN_DIR": str(broken)})
+                         env=_env(DD_SLURM_BIN_DIR=str(broken)))
     assert (0, first["scheduler"], "") == (out.returncode, json.loads(out.stdout)["scheduler"], out.stderr)

@@ -36,7 +36,7 @@ def scenario(commands: SlurmCommands, directory: Path, name: str) -> tuple[list[
     script = directory / "array.sh"
     script.write_text(f'#!/bin/bash\n#SBATCH --job-name="{name}"\n#SBATCH --array=0-3%2\n'
                       f'#SBATCH --output="{directory}/out-%A_%4a.log"\nsleep 300\n')
-    job = commands.submit(script, name)
+    job = commands.submit(script, name).job_id
     running = settle(commands, job, lambda obs: [o[1] for o in obs] == ["running", "running", "pending", "pending"])
     commands.cancel(job)
     ended = settle(commands, job, lambda obs: all(o[1] == "cancelled" and o[3] is not None for o in obs)

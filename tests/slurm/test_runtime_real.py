@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from dd_slurm.bundle.manifest import entry_sha256
+from dd_slurm.scheduler.render import interpreter
 from tests.runtime.harness import journal, no_leftovers, outcome, plan_data, read, servers_started, three_single_node_deployments
 from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
 
@@ -120,7 +122,7 @@ def test_unwritable_results_dir(tmp_path, cluster) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_a_second_supervisor_is_refused_on_the_real_cluster(tmp_path) -> None:
+def test_a_second_supervisor_is_refused_on_the_real_cluster(tmp_path, cluster) -> None:
     """While the job's supervisor runs the client: `advance` on the login node refuses (not in an
     allocation), and `advance` inside the job's allocation (an srun step on the batch node)
     refuses naming the holder, both exit 2 with one line; the attempt still ends succeeded."""
@@ -132,9 +134,13 @@ def test_a_second_supervisor_is_refused_on_the_real_cluster(tmp_path) -> None:
     attempt_dir, job_id = submit(tmp_path, data, "second-supervisor")
     wait_state(attempt_dir, ("client",), 150)
     outside = subprocess.run(EXE + ["advance", str(attempt_dir)], capture_output=True, text=True, timeout=60,
-                             env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
-    inside = subprocess.run(["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--gres=none",
-                             *EXE, "advance", str(attempt_dir)], capture_output=True, text=True, timeout=60)
+                             env={k: v for k, v in cluster.env().items() if not k.startswith("SLURM_")})
+    record = json.loads((attempt_dir / "attempt.json").read_text())
+    inner = [*interpreter(data["runtime"]["python"], entry_sha256(), record["bundle_digest"]),
+             f"{record['bundle_dir']}/entry.py", "advance", str(attempt_dir), "--bundle-digest",
+             record["bundle_digest"], "--plan-digest", record["plan_digest"]]  # as the job runs it, in its own root
+    inside = subprocess.run([cluster.tool("srun"), f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+                             "--gres=none", *inner], capture_output=True, text=True, timeout=60, env=cluster.env())
     assert (2, 1) == (outside.returncode, len(outside.stderr.splitlines())), outside.stderr
     assert "not inside a Slurm allocation" in outside.stderr
     assert 2 == inside.returncode and "already supervised by `run` pid" in inside.stderr, inside.stderr
