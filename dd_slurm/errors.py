@@ -1,4 +1,4 @@
-"""One error tree. The CLI maps each branch to an exit code (CONTRACT.md)."""
+"""One error tree. The CLI maps each branch to an exit code (the README lists them)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from dd_slurm.scheduler.states import is_terminal, normalize_state
 
 
 class Observation(NamedTuple):
-    """CONTRACT.md's observation. NamedTuples here, not attrs: `status` runs from fresh processes
+    """The observation the README documents (query, status). NamedTuples here, not attrs:
+    `status` runs from fresh processes
     and these modules are on its import path."""
 
     job_id: str

@@ -30,7 +30,7 @@ PAIRS = list(itertools.product(T.STATES, T.TRIGGERS))
 
 
 def test_states_are_the_contract_states_in_order() -> None:
-    """The machine's states are exactly CONTRACT.md's, in order, with `done` terminal."""
+    """The machine's states are exactly the README's, in order, with `done` terminal."""
     expected = ("staged", "verified", "preflight", "deploying", "ready", "client", "finalize", "cleanup", "done")
     assert expected == T.STATES
     assert "done" == T.TERMINAL
