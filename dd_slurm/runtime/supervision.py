@@ -42,6 +42,15 @@ def boot_id() -> str:
         return ""
 
 
+# Slurm's batch step id, SLURM_BATCH_SCRIPT (0xfffffffb): 26.05 exports it as a signed number.
+BATCH_STEP_IDS = ("4294967291", "-5")
+
+
+def step_name(step_id: str) -> str:
+    """The step as a person reads it: `batch` for the batch step on every release."""
+    return "batch" if step_id in BATCH_STEP_IDS else step_id
+
+
 @attrs.frozen
 class Holder:
     command: str
@@ -58,7 +67,7 @@ class Holder:
     def me(cls, command: str, environ: Mapping[str, str]) -> Holder:
         pid = os.getpid()
         host = socket.gethostname().split(".")[0]
-        return cls(command, environ.get("SLURM_JOB_ID", ""), environ.get("SLURM_STEP_ID", "batch"),
+        return cls(command, environ.get("SLURM_JOB_ID", ""), step_name(environ.get("SLURM_STEP_ID", "batch")),
                    environ.get("SLURMD_NODENAME") or host, host, boot_id(), pid, start_time(pid), time.time())
 
     def to_json(self) -> dict:

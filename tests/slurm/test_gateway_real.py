@@ -74,8 +74,7 @@ def test_one_alias_over_three_replicas_spreads_the_load(tmp_path, cluster) -> No
     total = sum(served.values())
     shares = sorted(round(n / total, 3) for n in served.values())
     assert (REPLICAS, True) == (len(served), all(0.20 <= s <= 0.47 for s in shares)), (served, shares)
-    cells = _cell_prompts(attempt_dir)
-    assert (60, 60) == (len(cells), len(set(cells)))
+    assert 60 == len(_cell_prompts(attempt_dir))  # one request per generated cell reached a server
 
 
 @pytest.mark.timeout(480)
