@@ -43,13 +43,8 @@ def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock
         _after_failed_submit(staged.attempt_dir, err)
         raise
     with update_record(staged.attempt_dir) as record:
-        record.update(job_id=done.job_id, submitted_at=started)
-        if done.adopted:
-            record["submission"] = {"adopted": True, "duplicates_cancelled": list(done.duplicates), "note": done.note}
-    out = {"attempt_dir": str(staged.attempt_dir), "job_id": done.job_id}
-    if done.note:
-        out["note"] = done.note
-    return out
+        record.update(done.record_fields(started))
+    return done.answer(str(staged.attempt_dir))
 
 
 def _after_failed_submit(attempt_dir: Path, err: BaseException) -> None:

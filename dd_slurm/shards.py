@@ -166,13 +166,8 @@ def submit_run_dir(run_dir: Path, commands: Any, clock: Clock, forward: Mapping[
             fresh.update(submit_error=str(err), submit_started_at=None)
         raise
     with update_run(run_dir) as fresh:
-        fresh.update(job_id=done.job_id, submitted_at=started)
-        if done.adopted:
-            fresh["submission"] = {"adopted": True, "duplicates_cancelled": list(done.duplicates), "note": done.note}
-    out = {"attempt_dir": str(run_dir), "job_id": done.job_id, "shards": [str(d) for d in shard_dirs(run_dir)]}
-    if done.note:
-        out["note"] = done.note
-    return out
+        fresh.update(done.record_fields(started))
+    return done.answer(str(run_dir), shards=[str(d) for d in shard_dirs(run_dir)])
 
 
 def submit_staged_run(run_dir: str, workspace: str, commands: Any, clock: Clock,

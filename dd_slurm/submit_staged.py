@@ -60,10 +60,5 @@ def submit_staged(attempt_dir: str, workspace: str, commands: SlurmCommands, clo
             fresh["submit_error"] = str(err)
         raise
     with update_record(directory) as fresh:
-        fresh.update(job_id=done.job_id, submitted_at=started)
-        if done.adopted:
-            fresh["submission"] = {"adopted": True, "duplicates_cancelled": list(done.duplicates), "note": done.note}
-    out = {"attempt_dir": str(directory), "job_id": done.job_id}
-    if done.note:
-        out["note"] = done.note
-    return out
+        fresh.update(done.record_fields(started))
+    return done.answer(str(directory))

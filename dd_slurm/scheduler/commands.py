@@ -54,6 +54,17 @@ class Submission(NamedTuple):
     duplicates: tuple[str, ...] = ()
     note: str = ""
 
+    def record_fields(self, submitted_at: float) -> dict:
+        """What the attempt (or run) record keeps of it."""
+        fields: dict = {"job_id": self.job_id, "submitted_at": submitted_at}
+        if self.adopted:
+            fields["submission"] = {"adopted": True, "duplicates_cancelled": list(self.duplicates), "note": self.note}
+        return fields
+
+    def answer(self, attempt_dir: str, **more: object) -> dict:
+        """`submit`'s answer: the attempt (or run) dir, the job id, and the note when there is one."""
+        return {"attempt_dir": attempt_dir, "job_id": self.job_id, **more, **({"note": self.note} if self.note else {})}
+
 
 class ToolResult(NamedTuple):
     argv: tuple[str, ...]
