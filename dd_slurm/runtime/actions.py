@@ -3,6 +3,7 @@ Launch actions return at once; guards wait against absolute deadlines and raise 
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
@@ -13,7 +14,8 @@ from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import ENDPOINTS_NAME, endpoint_map, publish
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.probes import probe_health, served_models
-from dd_slurm.runtime.replicas import identity_request, published_port
+from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, identity_problem, identity_requests
+from dd_slurm.runtime.replicas import published_port
 from dd_slurm.runtime.results import MANIFEST_NAME, validate_result
 from dd_slurm.runtime.session import NotPrepared, Session
 from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
@@ -36,6 +38,7 @@ class RuntimeActions:
         self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
         self.gateway_base: Optional[str] = None  # e.g. "http://127.0.0.1:PORT" once a gateway serves
         self.client_deadline: Optional[float] = None
+        self._identity_batches = 0  # identity-<n>: the on-node identity checks so far
 
     # staged -> verified
     def inputs_verified(self) -> bool:
@@ -78,36 +81,47 @@ class RuntimeActions:
         """Every replica's steps; followers of a replica whose port its leader chooses start once
         the leader has published it (in deployments_ready)."""
         s, p = self.s, self.s.prepared
-        for unit in p.placement:
-            for spec in p.specs[unit.name]:
-                if needs_port(spec):
-                    self.deferred.setdefault(unit.name, []).append(spec)
-                else:
-                    self._start(spec)
-                    self.started[spec.name] = spec
-            timeout = p.deployment(unit.deployment).ready_timeout_s
-            self.deadlines[unit.name] = s.clock.monotonic() + timeout
-            self.readiness.move(unit.name, "starting", deadline=s.clock.wall() + timeout)
+        with self.readiness.batch():
+            for unit in p.placement:
+                for spec in p.specs[unit.name]:
+                    if needs_port(spec):
+                        self.deferred.setdefault(unit.name, []).append(spec)
+                    else:
+                        self._start(spec)
+                        self.started[spec.name] = spec
+                timeout = p.deployment(unit.deployment).ready_timeout_s
+                self.deadlines[unit.name] = s.clock.monotonic() + timeout
+                self.readiness.move(unit.name, "starting", deadline=s.clock.wall() + timeout)
 
     # deploying -> ready
     def deployments_ready(self) -> bool:
+        """Every round: probe all waiting replicas side by side; confirm the identity of all that
+        answered healthy in one on-node step; fail a replica past its deadline."""
         s, p = self.s, self.s.prepared
         waiting = [u for u in p.placement if self.readiness.state(u.name) != "ready"]
-        while waiting:
-            s.gate.check()
-            self.check_alive()
-            for unit in list(waiting):
-                if self._replica_ready(unit):
-                    waiting.remove(unit)
-                elif s.clock.monotonic() > self.deadlines[unit.name]:
-                    timeout = p.deployment(unit.deployment).ready_timeout_s
-                    self.readiness.move(unit.name, "failed", detail="not healthy before ready_timeout_s")
-                    raise AttemptFailure("readiness_timeout", f"{unit.name} not healthy within {timeout:g}s",
-                                         outcome="timed_out")
-            if waiting:
-                s.clock.sleep(POLL_S)
+        with ThreadPoolExecutor(PROBE_THREADS) as pool:
+            while waiting:
+                s.gate.check()
+                self.check_alive()
+                with self.readiness.batch():
+                    healthy = self._healthy(waiting, pool)
+                    self._confirm_identities(healthy, pool)
+                    done = {u.name for u in healthy}
+                    waiting = [u for u in waiting if u.name not in done]
+                    self._past_deadline(waiting)
+                if waiting:
+                    s.clock.sleep(POLL_S)
         s.gate.check()
         return True
+
+    def _past_deadline(self, waiting: list[Placed]) -> None:
+        now = self.s.clock.monotonic()
+        late = next((u for u in waiting if now > self.deadlines[u.name]), None)
+        if late is not None:
+            timeout = self.s.deployment(late.deployment).ready_timeout_s
+            self.readiness.move(late.name, "failed", detail="not healthy before ready_timeout_s")
+            raise AttemptFailure("readiness_timeout", f"{late.name} not healthy within {timeout:g}s",
+                                 outcome="timed_out")
 
     # ready -> client: the gateway in front of every replica
     def launch_gateway(self) -> None:
@@ -182,21 +196,16 @@ class RuntimeActions:
         publish(self.s.dir / ENDPOINTS_NAME,
                 endpoint_map(p.plan, p.placement, self.replica_urls(), state, self.gateway_base))
 
-    def _replica_ready(self, unit: Placed) -> bool:
-        """Healthy (200 on its health path), then, once, its listener proven ours and its served
-        model listed: ready. The probe carries the attempt key."""
-        port = self._port(unit)
-        if port is None:
-            return False
-        dep = self.s.deployment(unit.deployment)
-        probe = probe_health(unit.leader, port, dep.health_path, self.s.api_key)
-        self.readiness.note_probe(unit.name, {**probe, "time": self.s.clock.wall()})
-        if not probe["ok"]:
-            return False
-        self._confirm_identity(unit, port)
-        url = f"http://{unit.leader}:{port}/v1"
-        self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=port)
-        return True
+    def _healthy(self, waiting: list[Placed], pool: Executor) -> list[Placed]:
+        """The waiting replicas whose port is known and whose health path answers 200 now (all
+        probed side by side). The probes carry the attempt key."""
+        s = self.s
+        known = [(u, port) for u in waiting if (port := self._port(u)) is not None]
+        probes = each(pool, lambda up: probe_health(up[0].leader, up[1], s.deployment(up[0].deployment).health_path,
+                                                    s.api_key), known)
+        for (unit, _port), probe in zip(known, probes):
+            self.readiness.note_probe(unit.name, {**probe, "time": s.clock.wall()})
+        return [unit for (unit, _port), probe in zip(known, probes) if probe["ok"]]
 
     def _port(self, unit: Placed) -> Optional[int]:
         """The replica's port: fixed, or once its leader's launcher has published it (validated);
@@ -220,28 +229,43 @@ class RuntimeActions:
             self.started[spec.name] = spec
         return port
 
-    def _confirm_identity(self, unit: Placed, port: int) -> None:
-        """On the leader's node: the listener on the port belongs to the leader step's process
-        tree; and the served model, when the plan names one, is listed. Else server_identity."""
+    def _confirm_identities(self, units: list[Placed], pool: Executor) -> None:
+        """On each leader's node, in one step for all `units`: the listener on the port belongs to
+        the leader step's process tree; and the served model, when the plan names one, is listed.
+        Then ready; else server_identity."""
+        if not units:
+            return
         s, p = self.s, self.s.prepared
-        leader = p.specs[unit.name][0]
+        leaders = {u.name: p.specs[u.name][0] for u in units}
         try:
-            request = identity_request(p.runner.started(leader.name), leader, port)
+            nodes = identity_requests(units, self.ports, {n: p.runner.started(spec.name) for n, spec in leaders.items()},
+                                      leaders)
         except ValueError as err:
-            raise AttemptFailure("launch_failed", f"{leader.name}: its step record is not valid: {err}") from None
-        path = s.dir / "steps" / f"identity-{unit.name}.json"
-        write_json_atomic(path, request)
-        answers, problem = p.runner.on_nodes((unit.leader,), ["_identity", str(path)], f"identity-{unit.name}",
-                                             IDENTITY_TIMEOUT_S, role="probe")
-        answer = answers.get(unit.leader)
-        if answer is None or not answer.get("ours"):
-            self._identity_failed(unit, port, answer["detail"] if answer else f"the check did not answer ({problem})")
-        served = s.deployment(unit.deployment).served_model
-        if served is not None:
-            models, problem = served_models(unit.leader, port, s.api_key)
-            if served not in models:
-                self._identity_failed(unit, port, f"/v1/models does not list {served!r} "
-                                                  f"({problem or 'it lists ' + (', '.join(models) or 'nothing')})")
+            raise AttemptFailure("launch_failed", str(err)) from None
+        self._identity_batches += 1
+        path = s.dir / "steps" / f"identity-{self._identity_batches}.json"
+        write_json_atomic(path, {"nodes": nodes})
+        answers, problem = p.runner.on_nodes(tuple(nodes), ["_identity", str(path)], path.stem, IDENTITY_TIMEOUT_S,
+                                             role="probe")
+        for unit in units:
+            detail = identity_problem(unit, answers, problem)
+            if detail is not None:
+                self._identity_failed(unit, self.ports[unit.name], detail)
+        for unit, detail in zip(units, each(pool, self._served_problem, units)):
+            if detail is not None:
+                self._identity_failed(unit, self.ports[unit.name], detail)
+        for unit in units:
+            url = f"http://{unit.leader}:{self.ports[unit.name]}/v1"
+            self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=self.ports[unit.name])
+
+    def _served_problem(self, unit: Placed) -> Optional[str]:
+        served = self.s.deployment(unit.deployment).served_model
+        if served is None:
+            return None
+        models, problem = served_models(unit.leader, self.ports[unit.name], self.s.api_key)
+        if served in models:
+            return None
+        return f"/v1/models does not list {served!r} ({problem or 'it lists ' + (', '.join(models) or 'nothing')})"
 
     def _identity_failed(self, unit: Placed, port: int, detail: str) -> None:
         self.readiness.move(unit.name, "failed", detail=detail)

@@ -30,7 +30,12 @@ def parse_hex_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Addres
 
 def listening(port: int, proc: Path = PROC) -> list[dict]:
     """Every listening TCP socket on `port`: {"address", "inode"}."""
-    found = []
+    return listening_sockets(proc).get(port, [])
+
+
+def listening_sockets(proc: Path = PROC) -> dict[int, list[dict]]:
+    """Every listening TCP socket on this node, by port: {"address", "inode"} (one read of each table)."""
+    found: dict[int, list[dict]] = {}
     for table in ("tcp", "tcp6"):
         try:
             lines = (proc / "net" / table).read_text().splitlines()[1:]
@@ -41,8 +46,8 @@ def listening(port: int, proc: Path = PROC) -> list[dict]:
             if len(fields) < 10 or fields[3] != LISTEN:
                 continue
             address, _, hex_port = fields[1].partition(":")
-            if int(hex_port, 16) == port:
-                found.append({"address": str(parse_hex_address(address)), "inode": int(fields[9])})
+            found.setdefault(int(hex_port, 16), []).append(
+                {"address": str(parse_hex_address(address)), "inode": int(fields[9])})
     return found
 
 
@@ -60,6 +65,8 @@ def reachable(listener_address: str, node_address: str) -> bool:
 def socket_owners(inodes: set[int], proc: Path = PROC) -> dict[int, list[int]]:
     """inode -> pids holding it (processes whose fds this user cannot read hold none we can see)."""
     owners: dict[int, list[int]] = {inode: [] for inode in inodes}
+    if not inodes:
+        return owners
     wanted = {f"socket:[{inode}]": inode for inode in inodes}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -88,9 +95,11 @@ def process_table(proc: Path = PROC) -> dict[int, tuple[int, int, int]]:
     return table
 
 
-def tree(root: int, root_start: Optional[int], pgid: Optional[int], proc: Path = PROC) -> set[int]:
-    """The root (if it is still the process that was launched), its group, and its descendants."""
-    table = process_table(proc)
+def tree(root: int, root_start: Optional[int], pgid: Optional[int], proc: Path = PROC,
+         table: Optional[dict[int, tuple[int, int, int]]] = None) -> set[int]:
+    """The root (if it is still the process that was launched), its group, and its descendants.
+    `table`: a process_table() already read (checks of several ports share one)."""
+    table = process_table(proc) if table is None else table
     if root not in table or (root_start is not None and table[root][2] != root_start):
         return set()
     members = {root} | ({pid for pid, row in table.items() if row[1] == pgid} if pgid else set())
@@ -108,10 +117,23 @@ def tree(root: int, root_start: Optional[int], pgid: Optional[int], proc: Path =
 def check_listener(request: dict, node_address: str, proc: Path = PROC) -> dict:
     """{"port", "ours": bool, "listeners": [{"address", "pids", "ours"}], "detail": str | None}.
     Ours only when at least one listener is reachable and every reachable one is ours."""
-    port = int(request["port"])
-    found = [s for s in listening(port, proc) if reachable(s["address"], node_address)]
-    owners = socket_owners({s["inode"] for s in found}, proc)
-    members = tree(int(request["pid"]), request.get("start_time"), request.get("pgid"), proc)
+    return check_listeners({"one": request}, node_address, proc)["one"]
+
+
+def check_listeners(requests: dict[str, dict], node_address: str, proc: Path = PROC) -> dict[str, dict]:
+    """check_listener for several requests (by name) on this node, reading /proc once for all."""
+    sockets = listening_sockets(proc)
+    found = {name: [s for s in sockets.get(int(r["port"]), []) if reachable(s["address"], node_address)]
+             for name, r in requests.items()}
+    owners = socket_owners({s["inode"] for listeners in found.values() for s in listeners}, proc)
+    table = process_table(proc)
+    return {name: _verdict(int(r["port"]), found[name], owners, node_address,
+                           tree(int(r["pid"]), r.get("start_time"), r.get("pgid"), proc, table))
+            for name, r in requests.items()}
+
+
+def _verdict(port: int, found: list[dict], owners: dict[int, list[int]], node_address: str,
+             members: set[int]) -> dict:
     listeners = [{"address": s["address"], "pids": sorted(owners[s["inode"]]),
                   "ours": bool(owners[s["inode"]]) and set(owners[s["inode"]]) <= members} for s in found]
     ours = bool(listeners) and all(s["ours"] for s in listeners)

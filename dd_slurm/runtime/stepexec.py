@@ -139,11 +139,14 @@ def probe(request_path: str) -> int:
 
 
 def identity(request_path: str) -> int:
-    """Whether the listener on the request's port on this node belongs to the step's process tree."""
-    from dd_slurm.runtime.listeners import check_listener  # standard library only
+    """Whether each listener the request names for this node (by replica: port, pid, start time,
+    process group) belongs to its step's process tree; one answer line for the node."""
+    from dd_slurm.runtime.listeners import check_listeners  # standard library only
 
     request = json.loads(Path(request_path).read_text())
-    print(json.dumps({"node": node_name(), **check_listener(request, node_address())}), flush=True)
+    node = node_name()
+    checks = check_listeners(request["nodes"].get(node, {}), node_address())
+    print(json.dumps({"node": node, "checks": checks}), flush=True)
     return 0
 
 

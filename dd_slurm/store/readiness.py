@@ -13,6 +13,8 @@ stopped are final. `endpoints` moves unpublished -> published -> withdrawn (or s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -45,7 +47,21 @@ class Readiness:
                                    "last_probe": None, "detail": None, **info}
                             for name, info in deployments.items()},
         }
+        self._held = 0  # inside batch(): writes wait for its end
+        self._dirty = False
         self._write()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Changes made inside are written once, at the end (also when it raises): one write of
+        the record per readiness round, not one per replica."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held and self._dirty:
+                self._write()
 
     def move(self, name: str, state: str, detail: Optional[str] = None, **fields: Any) -> None:
         dep = self.record["deployments"][name]
@@ -75,16 +91,21 @@ class Readiness:
             self._write()
 
     def finish(self) -> None:
-        """Cleanup's last word: every deployment final, endpoints withdrawn."""
-        for name, dep in self.record["deployments"].items():
-            if dep["state"] not in FINAL:
-                self.move(name, "stopped")
-        self.endpoints("withdrawn")
+        """Cleanup's last word: every deployment final, endpoints withdrawn (one write)."""
+        with self.batch():
+            for name, dep in self.record["deployments"].items():
+                if dep["state"] not in FINAL:
+                    self.move(name, "stopped")
+            self.endpoints("withdrawn")
 
     def state(self, name: str) -> str:
         return self.record["deployments"][name]["state"]
 
     def _write(self) -> None:
+        if self._held:
+            self._dirty = True
+            return
+        self._dirty = False
         write_json_atomic(self.path, self.record)
 
 
