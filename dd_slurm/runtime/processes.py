@@ -15,7 +15,7 @@ import attrs
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.stepexec import start_time
-from dd_slurm.store.atomic import write_json_atomic
+from dd_slurm.store.atomic import dump_json, write_atomic
 
 PROCESSES_NAME = "processes.json"
 
@@ -46,6 +46,7 @@ class ProcessTable:
         self.path = Path(attempt_dir) / PROCESSES_NAME
         self.clock = clock
         self.procs: dict[str, Tracked] = {}
+        self._encoded: dict[str, tuple[dict, bytes]] = {}  # each entry and its JSON, re-encoded when it changes
         self.host = socket.gethostname().split(".")[0]
 
     def spawn(self, name: str, argv: list[str], env: Mapping[str, str], log: Path, step_record: str = "") -> Tracked:
@@ -88,4 +89,11 @@ class ProcessTable:
         return self.procs[name].exit_code
 
     def persist(self) -> None:
-        write_json_atomic(self.path, {"processes": [t.to_json() for t in self.procs.values()]})
+        """processes.json from every entry; an entry is encoded again only when it changed, so
+        recording the n-th process does not re-encode the n-1 before it."""
+        for name, tracked in self.procs.items():
+            entry = tracked.to_json()
+            if self._encoded.get(name, ({}, b""))[0] != entry:
+                self._encoded[name] = (entry, dump_json(entry).rstrip())
+        body = b",\n".join(encoded for _entry, encoded in self._encoded.values())
+        write_atomic(self.path, b'{"processes": [\n' + body + b"\n]}\n")
