@@ -20,11 +20,13 @@ def install(bin_dir: Path, python: str = sys.executable) -> FakeSlurm:
     bin_dir.mkdir(parents=True, exist_ok=True)
     root = Path(__file__).resolve().parents[3]
     for tool in TOOLS:
+        # -I -S: the tools need the standard library and this checkout only, and a large fake
+        # allocation starts hundreds of them; srun goes straight to its own small module.
+        call = ("from dd_slurm.testing.fake_slurm.fake_srun import main\nsys.exit(main(sys.argv[1:]))\n"
+                if tool == "srun" else
+                f"from dd_slurm.testing.fake_slurm.tools import main\nsys.exit(main({tool!r}, sys.argv[1:]))\n")
         exe = bin_dir / tool
-        exe.write_text(
-            f"#!{python}\nimport sys\nsys.path.insert(0, {str(root)!r})\n"
-            f"from dd_slurm.testing.fake_slurm.tools import main\nsys.exit(main({tool!r}, sys.argv[1:]))\n"
-        )
+        exe.write_text(f"#!{python} -IS\nimport sys\nsys.path.insert(0, {str(root)!r})\n{call}")
         exe.chmod(0o755)
     fake = FakeSlurm(bin_dir)
     fake.reset()

@@ -1,4 +1,5 @@
-"""The fake cluster's state file, locked for each read-modify-write."""
+"""The fake cluster's state file, locked for each read-modify-write, and its call log (one JSON
+line per tool call, appended: a call costs no rewrite of everything called before it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 STATE_NAME = "fake-slurm-state.json"
+CALLS_NAME = "fake-slurm-calls.jsonl"
 
 
 class FakeSlurm:
@@ -19,6 +21,7 @@ class FakeSlurm:
     def __init__(self, bin_dir: Path) -> None:
         self.bin_dir = Path(bin_dir)
         self.path = self.bin_dir / STATE_NAME
+        self.calls_path = self.bin_dir / CALLS_NAME
 
     def reset(self) -> None:
         import shutil
@@ -26,21 +29,45 @@ class FakeSlurm:
         shutil.rmtree(self.bin_dir / "jobs", ignore_errors=True)  # exit codes of a previous life's job ids
         with self.edit() as state:
             state.clear()
-            state.update({"next_id": 1000, "jobs": {}, "faults": {}, "calls": []})
+            state.update({"next_id": 1000, "jobs": {}, "faults": {}})
+            self.calls_path.write_text("")
 
     @contextmanager
     def edit(self) -> Iterator[dict[str, Any]]:
         with open(self.bin_dir / ".lock", "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            state = json.loads(self.path.read_text()) if self.path.exists() else {}
+            before = self.path.read_text() if self.path.exists() else "{}"
+            state = json.loads(before)
             yield state
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(state))
-            os.replace(tmp, self.path)
+            after = json.dumps(state)
+            if after != before:  # a look that changed nothing writes nothing
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(after)
+                os.replace(tmp, self.path)
 
     def read(self) -> dict[str, Any]:
+        """The state, with `calls` (every tool call so far, in order) from the call log."""
+        return {**self.snapshot(), "calls": self._calls()}
+
+    def snapshot(self) -> dict[str, Any]:
+        """A copy of the state (jobs, steps, faults), without the call log."""
         with self.edit() as state:
             return json.loads(json.dumps(state))
+
+    def record_call(self, tool: str, argv: list[str]) -> dict[str, Any] | None:
+        """Log a call, and take the first fault scripted for it (None: the tool does its work)."""
+        with self.edit() as state:
+            with open(self.calls_path, "a") as log:
+                log.write(json.dumps({"tool": tool, "argv": argv}) + "\n")
+            queue = state["faults"].get(tool) or []
+            index = next((i for i, f in enumerate(queue) if not f.get("match") or f["match"] in argv), None)
+            return queue.pop(index) if index is not None else None
+
+    def _calls(self) -> list[dict[str, Any]]:
+        try:
+            return [json.loads(line) for line in self.calls_path.read_text().splitlines() if line]
+        except OSError:
+            return []
 
     def add_fault(self, tool: str, exit: int = 1, stderr: str = "", stdout: str = "", hang: float = 0.0,
                   times: int = 1, after_work: bool = False, match: str = "", job: dict | None = None) -> None:
@@ -61,4 +88,4 @@ class FakeSlurm:
             state["jobs"][job_id].update(fields)
 
     def calls(self, tool: str | None = None) -> list[list[str]]:
-        return [c["argv"] for c in self.read()["calls"] if tool is None or c["tool"] == tool]
+        return [c["argv"] for c in self._calls() if tool is None or c["tool"] == tool]

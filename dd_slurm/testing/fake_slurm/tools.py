@@ -28,15 +28,15 @@ class Parser(argparse.ArgumentParser):
 
 def main(tool: str, argv: list[str]) -> int:
     fake = FakeSlurm(Path(sys.argv[0]).resolve().parent)
-    with fake.edit() as state:
-        state["calls"].append({"tool": tool, "argv": argv})
-        queue = state["faults"].get(tool) or []
-        index = next((i for i, f in enumerate(queue) if not f.get("match") or f["match"] in argv), None)
-        fault = queue.pop(index) if index is not None else None
+    fault = fake.record_call(tool, argv)
     work = {"sbatch": sbatch, "squeue": squeue, "sacct": sacct, "scancel": scancel, "scontrol": scontrol,
             "srun": srun}[tool]
     if not fault:
         return work(fake, argv)
+    return play_fault(fake, tool, argv, fault, work)
+
+
+def play_fault(fake: FakeSlurm, tool: str, argv: list[str], fault: dict[str, Any], work: Any) -> int:
     if fault.get("after_work"):
         with open(os.devnull, "w") as sink:
             sys.stdout, real = sink, sys.stdout
@@ -192,7 +192,7 @@ def squeue(fake: FakeSlurm, argv: list[str]) -> int:
     p.add_argument("--name")
     p.add_argument("--format", default="%i %T")
     args = p.parse_args(argv)
-    jobs = fake.read()["jobs"]
+    jobs = fake.snapshot()["jobs"]
     wanted = _job_ids(args.jobs)
     if len(wanted) == 1 and wanted[0] not in jobs:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
@@ -231,7 +231,7 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
     if not args.jobs and not args.starttime:
         print("sacct: fake sacct wants --jobs or --starttime (real sacct defaults to today only)", file=sys.stderr)
         return 1
-    jobs = fake.read()["jobs"]
+    jobs = fake.snapshot()["jobs"]
     wanted = _job_ids(args.jobs) if args.jobs else [j["id"] for j in jobs.values() if j["name"] == args.name]
     for job_id in wanted:
         job = jobs.get(job_id)
@@ -311,7 +311,7 @@ def scontrol(fake: FakeSlurm, argv: list[str]) -> int:
         print("\n".join(expand_hostlist(argv[2])))
         return 0
     if argv[:3] == ["show", "job", "-o"] and len(argv) == 4:
-        job = fake.read()["jobs"].get(argv[3])
+        job = fake.snapshot()["jobs"].get(argv[3])
         if job is None:
             print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
             return 1
