@@ -174,7 +174,7 @@ class RuntimeActions:
         grace = s.cleanup_grace_s(default=10.0)
         nodes = p.alloc.nodes if p is not None else ()
         Cleanup(s.dir, s.table, p.runner if p is not None else None, s.clock, grace, nodes, s.attempt_id,
-                s.signal_step, self._finish_readiness, budget_for(s, reason, grace)).run(phases, outcome, reason)
+                s.signal_steps, self._finish_readiness, budget_for(s, reason, grace)).run(phases, outcome, reason)
 
     # helpers
     def _start(self, spec: StepSpec) -> None:

@@ -2,8 +2,8 @@
 on any node, and report. Every step runs even when one fails; safe to run again.
 
 It runs against one deadline (`Budget`: before Slurm's SIGKILL): every scancel and srun it makes is
-bounded by what is left, independent stops run concurrently, and a report is on disk from the
-start (marked unfinished) and rewritten at the end."""
+bounded by what is left, the steps of one phase are stopped together (one scancel per signal), and
+a report is on disk from the start (marked unfinished) and rewritten at the end."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import functools
 import json
 import re
 import signal
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
@@ -33,14 +32,13 @@ _JOB_ENDING = re.compile(r"has expired|Expired or invalid job|already completing
 class Cleanup:
     def __init__(self, attempt_dir: Path, table: ProcessTable, runner: Optional[StepRunner], clock: Clock,
                  grace_s: float, nodes: tuple[str, ...], attempt_id: str,
-                 signal_step: Callable[..., bool], finish_readiness: Callable[[], None],
+                 signal_step: Callable[..., object], finish_readiness: Callable[[], None],
                  budget: Optional[Budget] = None) -> None:
         self.path = Path(attempt_dir) / CLEANUP_NAME
         self.dir = Path(attempt_dir)
         self.table, self.runner, self.clock, self.grace_s = table, runner, clock, grace_s
         self.nodes, self.attempt_id = nodes, attempt_id
         self.signal_step, self.finish_readiness = signal_step, finish_readiness
-        self._table_lock = threading.Lock()
         self.budget = budget or Budget(clock.monotonic() + grace_s + STOP_ALLOWANCE_S, grace_s + STOP_ALLOWANCE_S,
                                        "default: grace + allowance")
 
@@ -69,53 +67,41 @@ class Cleanup:
         return report
 
     def _stop(self, names: list[str], report: dict) -> None:
-        """SIGTERM through Slurm to each step's task (srun itself would SIGKILL it), all at once;
-        wait out the grace (what the budget allows of it), then SIGKILL what is left, all at once.
-        One process that resists, or a controller that does not answer, does not stop the rest."""
+        """SIGTERM through Slurm to every step's task at once, in one scancel (srun itself would
+        SIGKILL it); wait out the grace (what the budget allows of it), then SIGKILL what is left,
+        again all at once. A scancel that fails or does not answer in time falls back to signalling
+        each step's srun group directly, so one stuck controller does not stop the rest."""
         live = [n for n in names if n in self.table.procs and self.table.poll(n) is None]
-        self._concurrently(report, "SIGTERM to", live, self._term)
+        if not live:
+            return
+        self._guarded(report, f"SIGTERM to {', '.join(live)}", lambda: self._term(live))
         grace = max(0.0, min(self.grace_s, self.left() - AFTER_GRACE_S))
-        if grace < self.grace_s and live:
+        if grace < self.grace_s:
             report.setdefault("notes", []).append(f"grace cut to {grace:.1f}s by the cleanup budget")
-        deadline = self.clock.monotonic() + grace
-        for name in live:
-            self.table.wait(name, deadline)
-        self._concurrently(report, "SIGKILL to", [n for n in live if self.table.poll(n) is None], self._kill)
+        left = self.table.wait_all(live, self.clock.monotonic() + grace)
+        if left:
+            self._guarded(report, f"SIGKILL to {', '.join(left)}", lambda: self._kill(left))
 
-    def _concurrently(self, report: dict, what: str, names: list[str], action: Callable[[str], None]) -> None:
-        """Run `action` for every name in its own thread; each may take what is left of the budget."""
-        threads = [threading.Thread(target=self._guarded, args=(report, f"{what} {n}", lambda n=n: action(n)),
-                                    daemon=True) for n in names]
-        for thread in threads:
-            thread.start()
-        for thread, name in zip(threads, names):
-            thread.join(self.left())
-            if thread.is_alive():
-                report["problems"].append(f"{what} {name}: not done within the cleanup budget")
+    def _signal(self, names: list[str], signal_name: str) -> set[str]:
+        """The names signalled through Slurm (`signal_step(names, signal, timeout_s)` answers them;
+        anything else is none), within what is left of the budget."""
+        found = self.signal_step(names, signal_name, timeout_s=max(0.1, self.left() - 0.5))
+        return set(found) if isinstance(found, (list, tuple, set)) else set()
 
-    def _signal(self, name: str, signal_name: str) -> bool:
-        return self.signal_step(name, signal_name, timeout_s=max(0.1, self.left() - 0.5))
-
-    def _kill(self, name: str) -> None:
+    def _kill(self, names: list[str]) -> None:
         try:
-            self._signal(name, "KILL")
+            self._signal(names, "KILL")
         finally:
-            with self._table_lock:
+            for name in names:
                 self.table.signal_group(name, signal.SIGKILL)
-            deadline = self.clock.monotonic() + min(KILL_WAIT_S, self.left())
-            while self._poll(name) is None and self.clock.monotonic() < deadline:
-                self.clock.sleep(0.02)
+            self.table.wait_all(names, self.clock.monotonic() + min(KILL_WAIT_S, self.left()))
 
-    def _term(self, name: str) -> None:
-        signalled = self._signal(name, "TERM")
-        with self._table_lock:  # the table (and its processes.json) is not for concurrent hands
-            if not signalled:
+    def _term(self, names: list[str]) -> None:
+        signalled = self._signal(names, "TERM")
+        for name in names:
+            if name not in signalled:
                 self.table.signal_group(name, signal.SIGTERM)
             self.table.procs[name].stop = "sigterm"
-
-    def _poll(self, name: str) -> Optional[int]:
-        with self._table_lock:
-            return self.table.poll(name)
 
     def _record(self, report: dict) -> None:
         """Before anything is stopped: each node records its steps' process trees and sessions,

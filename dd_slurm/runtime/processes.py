@@ -88,6 +88,26 @@ class ProcessTable:
             self.clock.sleep(0.02)
         return self.procs[name].exit_code
 
+    def wait_all(self, names: list[str], deadline: float) -> list[str]:
+        """Wait until every one of `names` has exited or the monotonic `deadline` passed; the names
+        still running. One sweep polls them all (processes.json written once per sweep)."""
+        running = list(names)
+        while True:
+            exited = {n for n in running if self._reap(n)}
+            if exited:
+                self.persist()
+            running = [n for n in running if n not in exited]
+            if not running or self.clock.monotonic() >= deadline:
+                return running
+            self.clock.sleep(0.02)
+
+    def _reap(self, name: str) -> bool:
+        """Whether the child has exited (its code noted, not yet persisted)."""
+        tracked = self.procs[name]
+        if tracked.exit_code is None:
+            tracked.exit_code = tracked.popen.poll()
+        return tracked.exit_code is not None
+
     def persist(self) -> None:
         """processes.json from every entry; an entry is encoded again only when it changed, so
         recording the n-th process does not re-encode the n-1 before it."""

@@ -185,13 +185,22 @@ class Session:
     def signal_step(self, name: str, signal_name: str, timeout_s: Optional[float] = None) -> bool:
         """Signal a step's task through Slurm (scancel --signal); False if the step never started.
         `timeout_s` bounds the call (one try), for cleanup's budget."""
+        return name in self.signal_steps([name], signal_name, timeout_s)
+
+    def signal_steps(self, names: list[str], signal_name: str, timeout_s: Optional[float] = None) -> list[str]:
+        """Signal several steps' tasks through Slurm in one scancel; the names signalled (none
+        when the call failed; never those that never started). `timeout_s` bounds the call."""
         prepared = self.prepared_if_any
-        record = prepared.runner.started(name) if prepared is not None else None
-        if not (record and record.get("step_id") and record.get("job_id")):
-            return False
+        ids: dict[str, str] = {}
+        for name in names:
+            record = prepared.runner.started(name) if prepared is not None else None
+            if record and record.get("step_id") and record.get("job_id"):
+                ids[name] = f"{record['job_id']}.{record['step_id']}"
+        if not ids:
+            return []
         commands = self.commands.bounded(timeout_s) if timeout_s is not None else self.commands
         try:
-            commands.cancel(f"{record['job_id']}.{record['step_id']}", signal=signal_name)
+            commands.signal_steps(list(ids.values()), signal_name)
         except DdSlurmError:
-            return False
-        return True
+            return []
+        return list(ids)

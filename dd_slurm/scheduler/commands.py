@@ -275,6 +275,17 @@ class SlurmCommands:
         if result.returncode != 0 and not _ALREADY_GONE.search(result.stderr):
             self.run("scancel", args + (["--batch"] if batch_only else []) + [job_id])
 
+    def signal_steps(self, step_ids: list[str], signal: str) -> None:
+        """One `scancel --signal=SIGNAL` for several steps (cleanup stops a phase's steps at once);
+        a step that already ended is not an error (scancel is silent about it, or says so). One
+        try only: a step is never sent the same signal twice."""
+        if not step_ids or not all(_CANCEL_ID.match(i) for i in step_ids) or not _SIGNAL.match(signal):
+            raise InvalidInput(f"scancel: refusing step ids {[i[:40] for i in step_ids[:3]]} / signal {signal!r}")
+        result = self.run_once("scancel", [f"--signal={signal}", *step_ids])
+        errors = [line for line in result.stderr.splitlines() if line.strip()]
+        if result.returncode != 0 and not (errors and all(_ALREADY_GONE.search(line) for line in errors)):
+            raise ToolFailed(f"scancel exited {result.returncode}: {_one_line(result.stderr) or '(no stderr)'}")
+
     def show(self, kind: str, *names: str) -> str:
         """`scontrol show job -o ID` / `scontrol show config`: the raw text (parsed by its user)."""
         return self.run("scontrol", ["show", kind, *(["-o", *names] if names else [])]).stdout
