@@ -244,7 +244,7 @@ class RuntimeActions:
             raise AttemptFailure("launch_failed", str(err)) from None
         self._identity_batches += 1
         path = s.dir / "steps" / f"identity-{self._identity_batches}.json"
-        write_json_atomic(path, {"nodes": nodes})
+        write_json_atomic(path, {"nodes": nodes}, durable=False)  # read by the check moments later
         answers, problem = p.runner.on_nodes(tuple(nodes), ["_identity", str(path)], path.stem, IDENTITY_TIMEOUT_S,
                                              role="probe")
         for unit in units:

@@ -28,7 +28,7 @@ class StepRunner:
         """`passed` holds the values of `spec.passed` (forwarded variables, the key): they reach
         srun's environment only, and srun carries them by name to the step."""
         spec_path = self.dir / "steps" / f"{spec.name}.json"
-        write_json_atomic(spec_path, spec.to_json())
+        write_json_atomic(spec_path, spec.to_json(), durable=False)  # read by the step moments later, never after a crash
         argv = srun_argv(spec, self.srun, self.job_id, self.interpreter, self.entry, str(spec_path))
         return self.table.spawn(spec.name, argv, {**self.srun_env, **(passed or {}), "DD_SLURM_ROLE": spec.name},
                                 self.logs / f"{spec.name}.log", str(spec_path.with_suffix(".started.json")))

@@ -23,21 +23,6 @@ from dd_slurm.store.atomic import write_json_atomic  # standard library only, li
 SKIP_ROLES = {"supervisor", "scan"}
 
 
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> bool:
-    """prctl(PR_SET_CHILD_SUBREAPER): descendants orphaned by a double fork are re-parented to
-    this process (and, after execve, to the program) instead of init, so the leftover scan finds
-    them in the step's process tree. False where the kernel or libc does not offer it."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
 def leftovers(attempt_id: str) -> list[dict]:
     """Processes on this node whose environment carries this attempt's id (not scans, not the
     supervisor, not this process)."""

@@ -116,4 +116,6 @@ class ProcessTable:
             if self._encoded.get(name, ({}, b""))[0] != entry:
                 self._encoded[name] = (entry, dump_json(entry).rstrip())
         body = b",\n".join(encoded for _entry, encoded in self._encoded.values())
-        write_atomic(self.path, b'{"processes": [\n' + body + b"\n]}\n")
+        # Atomic, not fsynced: the record outlives a supervisor that dies, and a machine that
+        # loses its page cache has lost these processes too (an fsync per launch is most of a launch).
+        write_atomic(self.path, b'{"processes": [\n' + body + b"\n]}\n", durable=False)

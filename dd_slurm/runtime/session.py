@@ -172,7 +172,7 @@ class Session:
             entry["executables"].append({"program": spec.program(), "path": path})
         request = self.dir / "steps" / "probe-request.json"
         request.parent.mkdir(exist_ok=True)
-        write_json_atomic(request, {"nodes": nodes})
+        write_json_atomic(request, {"nodes": nodes}, durable=False)  # read by the probe moments later
         return request, passed
 
     def readiness_entries(self) -> dict[str, dict]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import sys
-from pathlib import Path
 
 from dd_slurm.store.atomic import write_json_atomic  # standard library only, like this module
+
+# Every step of an allocation imports this module before its program starts, so it imports little:
+# no pathlib or shutil, and socket only where a socket is made (`_socket` resolves names).
 
 EXIT_NOT_FOUND = 127
 EXIT_GPU_SHAPE = 86
@@ -20,14 +20,57 @@ EXIT_GPU_SHAPE = 86
 def start_time(pid: int | str) -> int | None:
     """Clock ticks since boot at which `pid` started (field 22 of /proc/PID/stat); None if gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
     except OSError:
         return None
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
+def read_json(path: str) -> dict:
+    with open(path, "rb") as handle:
+        return json.loads(handle.read())
+
+
+def which(program: str, path: str | None) -> str | None:
+    """shutil.which(program, path=path) on POSIX, without importing shutil: a name with a
+    directory part is checked as it is; else the first executable non-directory on `path`
+    (None: this process's PATH; empty: nowhere)."""
+    def runnable(candidate: str) -> bool:
+        return os.access(candidate, os.F_OK | os.X_OK) and not os.path.isdir(candidate)
+
+    if os.path.dirname(program):
+        return program if runnable(program) else None
+    if path is None:
+        path = os.environ.get("PATH", os.defpath)
+    seen: set[str] = set()
+    for directory in path.split(os.pathsep) if path else ():
+        if directory not in seen:
+            seen.add(directory)
+            if runnable(os.path.join(directory, program)):
+                return os.path.join(directory, program)
+    return None
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """prctl(PR_SET_CHILD_SUBREAPER): descendants orphaned by a double fork are re-parented to
+    this process (and, after execve, to the program) instead of init, so the leftover scan finds
+    them in the step's process tree. False where the kernel or libc does not offer it."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def node_name() -> str:
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    import _socket
+
+    return os.environ.get("SLURMD_NODENAME") or _socket.gethostname().split(".")[0]
 
 
 def step_environment(spec: dict, slurm_env: dict[str, str]) -> tuple[dict[str, str], str | None]:
@@ -47,6 +90,8 @@ def step_environment(spec: dict, slurm_env: dict[str, str]) -> tuple[dict[str, s
 
 def choose_port(address: str, avoid: list[int], tries: int = 20) -> int | None:
     """A port free on this node's address now (the kernel's choice for port 0), not one of `avoid`."""
+    import socket
+
     for _ in range(tries):
         with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
@@ -73,13 +118,13 @@ def launch_plan(spec: dict, env: dict[str, str], node: str,
         values["port"] = str(port)
     argv = [expand(a, values) for a in spec["argv"]]
     noted = {"port": int(values["port"])} if spec.get("rank") == 0 and "port" in values else {}
-    program = shutil.which(argv[0], path=env.get("PATH")) if argv else None
+    program = which(argv[0], env.get("PATH")) if argv else None
     missing = ("executable_missing", f"executable {argv[:1]} not found on {node}")
     return program or "", argv, noted, None if program else missing
 
 
 def run_step(spec_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
+    spec = read_json(spec_path)
     env, gpu_problem = step_environment(spec, dict(os.environ))
     record = {"name": spec["name"], "node": node_name(), "pid": os.getpid(), "start_time": start_time(os.getpid()),
               "pgid": os.getpgid(0), "sid": os.getsid(0),
@@ -88,12 +133,10 @@ def run_step(spec_path: str) -> int:
     program, argv, noted, problem = launch_plan(spec, env, record["node"], node_address())
     kind, error = ("gpu_shape", gpu_problem) if gpu_problem else problem or (None, None)
     record.update(noted, error=error, error_kind=kind)
-    write_json_atomic(Path(spec_path).with_suffix(".started.json"), record)
+    write_json_atomic(os.path.splitext(spec_path)[0] + ".started.json", record, durable=False)  # read while the step runs
     if record["error"]:
         print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)
         return EXIT_GPU_SHAPE if gpu_problem else EXIT_NOT_FOUND
-    from dd_slurm.runtime.leftover_scan import become_subreaper
-
     become_subreaper()  # kept across execve: the program's orphaned descendants stay in its tree
     os.execve(program, argv, env)
     return EXIT_NOT_FOUND  # not reached
@@ -102,7 +145,9 @@ def run_step(spec_path: str) -> int:
 def node_address() -> str:
     """The address this node's name resolves to (where a server given `--host {host}` listens)."""
     try:
-        return socket.gethostbyname(node_name())
+        import _socket
+
+        return _socket.gethostbyname(node_name())
     except OSError:
         return "0.0.0.0"
 
@@ -110,6 +155,8 @@ def node_address() -> str:
 def port_free(port: int, address: str) -> bool:
     """Binding fails if anything listens on this address or on the wildcard address. SO_REUSEADDR
     as servers set it: connections of an earlier server lingering in TIME_WAIT do not count."""
+    import socket
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -123,14 +170,14 @@ def probe(request_path: str) -> int:
     """Checks for this node from the request: ports free, executables present (each the expanded
     argv[0] looked up on its step's own PATH; null: this probe's PATH, which srun carried from the
     supervisor as the steps' forwarded PATH), GPUs visible."""
-    request = json.loads(Path(request_path).read_text())
+    request = read_json(request_path)
     node = node_name()
     mine = request["nodes"].get(node, {})
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
     address = node_address()
     own_path = os.environ.get("PATH", "")
     missing = [e["program"] for e in mine.get("executables", [])
-               if not shutil.which(e["program"], path=own_path if e.get("path") is None else e["path"])]
+               if not which(e["program"], own_path if e.get("path") is None else e["path"])]
     result = {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p, address)],
               "missing_executables": missing, "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0,
               "slurm_gpus": os.environ.get("SLURM_GPUS_ON_NODE")}
@@ -143,7 +190,7 @@ def identity(request_path: str) -> int:
     process group) belongs to its step's process tree; one answer line for the node."""
     from dd_slurm.runtime.listeners import check_listeners  # standard library only
 
-    request = json.loads(Path(request_path).read_text())
+    request = read_json(request_path)
     node = node_name()
     checks = check_listeners(request["nodes"].get(node, {}), node_address())
     print(json.dumps({"node": node, "checks": checks}), flush=True)
