@@ -345,11 +345,14 @@ def cancel(attempt_dir: str, as_json: bool) -> None:
          else f"not cancelled: {v['ended']}")
 
 
-def main(argv: list[str] | None = None, early_signals: list[int] | None = None) -> None:
-    """The console script (the bundle's entry.py passes the list its signal handlers record into):
-    every failure is one `error:` line and an exit code, never a traceback."""
+def main(argv: list[str] | None = None, early_signals: list[int] | None = None,
+         verified_bundle: tuple[str, str] | None = None) -> None:
+    """The console script (the bundle's entry.py passes the list its signal handlers record into,
+    and the bundle dir and digest it has just verified): every failure is one `error:` line and an
+    exit code, never a traceback."""
     try:
-        cli.main(args=argv, standalone_mode=False, obj={"early_signals": early_signals})
+        cli.main(args=argv, standalone_mode=False, obj={"early_signals": early_signals,
+                                                        "verified_bundle": verified_bundle})
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.UsageError as err:  # one line and a hint, not click's four

@@ -54,7 +54,7 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
 
     directory = checked_dir(_shard_or_self(attempt_dir))
     attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest),
-                          early_signals=_early_signals())
+                          early_signals=_early_signals(), verified_bundle=_context("verified_bundle"))
     from dd_slurm.report import attempt_line
 
     emit(attempt_summary(directory), as_json, attempt_line)
@@ -75,7 +75,8 @@ def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan
 
     directory = checked_dir(_shard_or_self(attempt_dir))
     attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), until=until,
-                          early_signals=_early_signals(), command="advance")
+                          early_signals=_early_signals(), command="advance",
+                          verified_bundle=_context("verified_bundle"))
     click.echo(attempt.state)
 
 
@@ -83,3 +84,8 @@ def _early_signals() -> list[int] | None:
     """Signals the bundle's entry point recorded before the CLI was imported (see main)."""
     ctx = click.get_current_context()
     return (ctx.obj or {}).get("early_signals")
+
+
+def _context(key: str):
+    """What the bundle's entry point handed the CLI (see cli.main), or None."""
+    return (click.get_current_context().obj or {}).get(key)

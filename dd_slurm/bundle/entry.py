@@ -200,7 +200,8 @@ def main(argv: list) -> int:
         return gateway_main(argv[2:])
     from dd_slurm.cli import main as cli_main
 
-    cli_main(early_signals=_DD_SLURM_EARLY_SIGNALS)
+    # The whole bundle was verified just now against `expected`: the supervisor need not hash it again.
+    cli_main(early_signals=_DD_SLURM_EARLY_SIGNALS, verified_bundle=(here, expected))
     return 0
 
 

@@ -43,7 +43,8 @@ def check_may_supervise(environ: Mapping[str, str], until: Optional[str]) -> Non
 
 def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
                 environ: Mapping[str, str] = os.environ, early_signals: Optional[list[int]] = None,
-                command: str = "run") -> Attempt:
+                command: str = "run", verified_bundle: Optional[tuple[str, str]] = None) -> Attempt:
+    """`verified_bundle`: (bundle dir, digest) the bundle's entry point verified in this process."""
     clock = Clock()
     commands = SlurmCommands(clock, environ.get("DD_SLURM_BIN_DIR") or None, environ, timeout_s=20)
     gate = SignalGate(early_signals, lambda: commands.reached_time_limit(environ.get("SLURM_JOB_ID", ""))).install()
@@ -53,7 +54,8 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
             lambda job: _observe(job, commands, clock)))
         lock.acquire()
         try:
-            return _supervise(attempt_dir, bundle_digest, plan_digest, until, environ, clock, gate, commands)
+            return _supervise(attempt_dir, bundle_digest, plan_digest, until, environ, clock, gate, commands,
+                              verified_bundle)
         finally:
             lock.release()
     finally:
@@ -61,13 +63,14 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
 
 
 def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str],
-               environ: Mapping[str, str], clock: Clock, gate: SignalGate, commands: SlurmCommands) -> Attempt:
+               environ: Mapping[str, str], clock: Clock, gate: SignalGate, commands: SlurmCommands,
+               verified_bundle: Optional[tuple[str, str]] = None) -> Attempt:
     session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
     session.job_facts = JobFacts(environ, commands.bounded(10.0), environ.get("SLURM_JOB_ID", ""),
                                  FACTS_DELAY_S)
     write_supervisor_record(session.dir, "running")
     try:
-        attempt = Attempt(RuntimeActions(session), Journal(session.dir, clock))
+        attempt = Attempt(RuntimeActions(session, verified_bundle), Journal(session.dir, clock))
         if attempt.state in T.LIVE_STATES:  # a gone supervisor's processes cannot be adopted
             attempt.fire(T.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
                          detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")
@@ -106,4 +109,12 @@ def peak_rss_kib() -> Optional[int]:
 def write_supervisor_record(attempt_dir: Path, state: str) -> None:
     write_json_atomic(attempt_dir / SUPERVISOR_NAME, {
         "pid": os.getpid(), "state": state, "started_at": process_started_wall(os.getpid()),
-        "peak_rss_kib": peak_rss_kib(), "python": sys.version.split()[0]})
+        "peak_rss_kib": peak_rss_kib(), "python": sys.version.split()[0], "cpu_s": cpu_seconds()})
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU time (user + system) of this supervisor, and of the children it has reaped so far with
+    theirs (sruns; on fake Slurm also everything its steps ran on this machine)."""
+    times = os.times()
+    return {"self": round(times.user + times.system, 3),
+            "children": round(times.children_user + times.children_system, 3)}
