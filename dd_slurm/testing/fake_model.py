@@ -315,6 +315,8 @@ def main(argv: list[str] | None = None) -> None:
         log("load failed")
         sys.exit(args.exit_code)
     server = ModelServer(args)
+    times = os.times()
+    log(f"start-up cpu {times.user + times.system:.3f}s")  # for the scale benchmark: what a server costs to start
     log(f"serving {args.model} on {args.host}:{args.port} since {time.time():.3f}")
     if args.crash_after_s is not None:
         exit_later(args.crash_after_s, args.exit_code, "crash fault")

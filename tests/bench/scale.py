@@ -131,7 +131,10 @@ def big_allocation_plan(load_s: float) -> dict:
 
 def big_allocation(load_s: float = 3.0) -> list[dict]:
     """64 nodes x 8 GPUs: 128 single-GPU replicas and 8 two-node deployments (136 deployments'
-    worth of servers). Overhead = job start to client start minus load time, plus cleanup."""
+    worth of servers). Overhead = job start to client start minus load time, plus cleanup. On fake
+    Slurm every node's processes run on this machine, so the row also says how much CPU they took
+    (on a real allocation they run side by side on 64 nodes) and what is left of the overhead when
+    that CPU, spread over this machine's cores, is taken out."""
     figure = "64-node x 8-GPU allocation, 128 replicas + 8 two-node deployments: overhead beyond load"
     if not replicas_supported():
         return [_row(figure, [], "s", "< 3 s", "skipped: the runtime does not launch `replicas` yet"),
@@ -148,6 +151,7 @@ def big_allocation(load_s: float = 3.0) -> list[dict]:
         entries = [json.loads(line) for line in (attempt / "journal.jsonl").read_text().splitlines()]
         times = {(e["from"], e["to"]): e["ts"] for e in entries if e["kind"] == "transition"}
         supervisor = json.loads((attempt / "supervisor.json").read_text())
+        servers_cpu = sum(_startup_cpu(log) for log in (attempt / "logs").glob("deploy-*.log"))
         end = entries[-1]
     if end.get("outcome") != "succeeded":
         return [_row(figure, [], "s", "< 3 s", f"the attempt ended {end.get('outcome')} ({end.get('reason')})")]
@@ -158,8 +162,22 @@ def big_allocation(load_s: float = 3.0) -> list[dict]:
               "deploy-ready": times[("deploying", "ready")] - times[("preflight", "deploying")],
               "cleanup": times[("cleanup", "done")] - times[("finalize", "cleanup")]}
     note = ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+    cpu, cores = supervisor.get("cpu_s") or {}, os.cpu_count() or 1
+    steps_cpu = cpu.get("children", 0.0)
     return [_row(figure, [overhead], "s", "< 3 s", f"fake model servers (load {load_s:g} s); {note}"),
+            _row(f"  ... the same less the steps' CPU spread over this machine's {cores} cores", [
+                overhead - steps_cpu / cores], "s", "", f"steps' processes (fake srun, on-node commands, servers, "
+                f"gateway, client) {steps_cpu:.1f} CPU-s, of which the servers' own start-up {servers_cpu:.1f}; "
+                f"supervisor {cpu.get('self', 0.0):.1f} CPU-s"),
             _row("  ... supervisor peak RSS", [supervisor["peak_rss_kib"] / 1024], "MiB", "< 80 MiB")]
+
+
+def _startup_cpu(log: Path) -> float:
+    """The CPU a fake model server used before it served (its `start-up cpu` line), 0 if none."""
+    for line in log.read_text(errors="replace").splitlines():
+        if "start-up cpu " in line:
+            return float(line.rsplit("start-up cpu ", 1)[1].rstrip("s"))
+    return 0.0
 
 
 def scale_benchmarks() -> list[dict]:
