@@ -3,7 +3,6 @@ Launch actions return at once; guards wait against absolute deadlines and raise 
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Optional
 
@@ -14,9 +13,9 @@ from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import ENDPOINTS_NAME, endpoint_map, publish
 from dd_slurm.runtime.placement import Placed
-from dd_slurm.runtime.probes import probe_health, served_models
-from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, identity_problem, identity_requests
-from dd_slurm.runtime.replicas import published_port
+from dd_slurm.runtime.probes import probe_health
+from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
+from dd_slurm.runtime.replicas import exit_reason, published_port
 from dd_slurm.runtime.results import MANIFEST_NAME, validate_result
 from dd_slurm.runtime.session import NotPrepared, Session
 from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
@@ -26,7 +25,6 @@ from dd_slurm.store.readiness import Readiness
 POLL_S = 0.05
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
-IDENTITY_TIMEOUT_S = 60.0
 
 
 class RuntimeActions:
@@ -45,7 +43,7 @@ class RuntimeActions:
     # staged -> verified
     def inputs_verified(self) -> bool:
         s = self.s
-        if not self._bundle_verified_by_entry():
+        if not verify.verified_by_entry(self.verified_bundle, s.bundle_dir, s.bundle_digest):
             verify.check_bundle(s.bundle_dir, s.bundle_digest)
         plan = s.checked_plan()
         alloc = Allocation.from_environ(s.ambient)
@@ -63,14 +61,6 @@ class RuntimeActions:
         self.ensure_readiness()
         self.publish("planned")
         return True
-
-    def _bundle_verified_by_entry(self) -> bool:
-        """The entry point of this very process verified this bundle, every file, against this
-        digest before anything of it was imported: hashing it all again would only add time."""
-        if self.verified_bundle is None:
-            return False
-        directory, digest = self.verified_bundle
-        return digest == self.s.bundle_digest and os.path.realpath(directory) == os.path.realpath(self.s.bundle_dir)
 
     # verified -> preflight -> deploying
     def launch_preflight(self) -> None:
@@ -247,42 +237,19 @@ class RuntimeActions:
         return port
 
     def _confirm_identities(self, units: list[Placed], pool: Executor) -> None:
-        """On each leader's node, in one step for all `units`: the listener on the port belongs to
-        the leader step's process tree; and the served model, when the plan names one, is listed.
-        Then ready; else server_identity."""
+        """Ready once proven ours (replica_checks.unproven, one on-node step for all); else server_identity."""
         if not units:
             return
-        s, p = self.s, self.s.prepared
-        leaders = {u.name: p.specs[u.name][0] for u in units}
+        self._identity_batches += 1
         try:
-            nodes = identity_requests(units, self.ports, {n: p.runner.started(spec.name) for n, spec in leaders.items()},
-                                      leaders)
+            failed = unproven(self.s, units, self.ports, pool, f"identity-{self._identity_batches}")
         except ValueError as err:
             raise AttemptFailure("launch_failed", str(err)) from None
-        self._identity_batches += 1
-        path = s.dir / "steps" / f"identity-{self._identity_batches}.json"
-        write_json_atomic(path, {"nodes": nodes}, durable=False)  # read by the check moments later
-        answers, problem = p.runner.on_nodes(tuple(nodes), ["_identity", str(path)], path.stem, IDENTITY_TIMEOUT_S,
-                                             role="probe")
-        for unit in units:
-            detail = identity_problem(unit, answers, problem)
-            if detail is not None:
-                self._identity_failed(unit, self.ports[unit.name], detail)
-        for unit, detail in zip(units, each(pool, self._served_problem, units)):
-            if detail is not None:
-                self._identity_failed(unit, self.ports[unit.name], detail)
+        if failed is not None:
+            self._identity_failed(failed[0], self.ports[failed[0].name], failed[1])
         for unit in units:
             url = f"http://{unit.leader}:{self.ports[unit.name]}/v1"
             self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=self.ports[unit.name])
-
-    def _served_problem(self, unit: Placed) -> Optional[str]:
-        served = self.s.deployment(unit.deployment).served_model
-        if served is None:
-            return None
-        models, problem = served_models(unit.leader, self.ports[unit.name], self.s.api_key)
-        if served in models:
-            return None
-        return f"/v1/models does not list {served!r} ({problem or 'it lists ' + (', '.join(models) or 'nothing')})"
 
     def _identity_failed(self, unit: Placed, port: int, detail: str) -> None:
         self.readiness.move(unit.name, "failed", detail=detail)
@@ -331,7 +298,7 @@ class RuntimeActions:
         exited = [self.started[n] for n in self.started if self.s.table.poll(n) is not None]
         spec = next((step for step in exited if step.rank > 0), exited[0])
         code = self.s.table.procs[spec.name].exit_code
-        reason = self._exit_reason(spec, self.readiness.state(spec.unit) == "ready")
+        reason = exit_reason(self.s.prepared.runner.started(spec.name), spec, self.readiness.state(spec.unit) == "ready")
         self.readiness.move(spec.unit, "failed", detail=f"{spec.name} exited {code}")
         raise AttemptFailure(reason, f"{spec.name} exited {code}; see logs/{spec.name}.log")
 
@@ -343,13 +310,3 @@ class RuntimeActions:
         if code is not None:
             self.s.gate.check()
             raise gateway_step.exit_failure(self.s.dir, code)
-
-    def _exit_reason(self, spec: StepSpec, ready: bool) -> str:
-        record = self.s.prepared.runner.started(spec.name)
-        if record is None:
-            return "launch_failed"
-        if record.get("error"):
-            return record.get("error_kind") or "launch_failed"
-        if spec.rank > 0:
-            return "follower_exited"
-        return "server_crashed" if ready else "server_exited_while_loading"

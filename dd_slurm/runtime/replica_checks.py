@@ -6,13 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from typing import Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from dd_slurm.runtime.placement import Placed
+from dd_slurm.runtime.probes import served_models
 from dd_slurm.runtime.replicas import identity_request
 from dd_slurm.runtime.steps import StepSpec
+from dd_slurm.store.atomic import write_json_atomic
+
+if TYPE_CHECKING:
+    from dd_slurm.runtime.session import Session
 
 PROBE_THREADS = 32  # probes and /v1/models requests in flight at once
+IDENTITY_TIMEOUT_S = 60.0
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -49,3 +55,36 @@ def identity_problem(unit: Placed, answers: dict[str, dict], problem: Optional[s
     if not check.get("ours"):
         return str(check.get("detail"))
     return None
+
+
+def unproven(s: Session, units: list[Placed], ports: dict[str, int], pool: Executor,
+             name: str) -> Optional[tuple[Placed, str]]:
+    """The first of `units` not proven ours, and why; None when all are. On each leader's node, in
+    one step `name` for all: the listener on the port belongs to the leader step's process tree;
+    then (side by side) the served model, when the plan names one, is listed. ValueError: a
+    leader's step record is not valid."""
+    p = s.prepared
+    leaders = {u.name: p.specs[u.name][0] for u in units}
+    nodes = identity_requests(units, ports, {n: p.runner.started(spec.name) for n, spec in leaders.items()}, leaders)
+    path = s.dir / "steps" / f"{name}.json"
+    write_json_atomic(path, {"nodes": nodes}, durable=False)  # read by the check moments later
+    answers, problem = p.runner.on_nodes(tuple(nodes), ["_identity", str(path)], name, IDENTITY_TIMEOUT_S, role="probe")
+    for unit in units:
+        detail = identity_problem(unit, answers, problem)
+        if detail is not None:
+            return unit, detail
+    for unit, detail in zip(units, each(pool, lambda u: served_problem(s, u, ports[u.name]), units)):
+        if detail is not None:
+            return unit, detail
+    return None
+
+
+def served_problem(s: Session, unit: Placed, port: int) -> Optional[str]:
+    """Why /v1/models does not list the replica's served model (None: it does, or none is named)."""
+    served = s.deployment(unit.deployment).served_model
+    if served is None:
+        return None
+    models, problem = served_models(unit.leader, port, s.api_key)
+    if served in models:
+        return None
+    return f"/v1/models does not list {served!r} ({problem or 'it lists ' + (', '.join(models) or 'nothing')})"

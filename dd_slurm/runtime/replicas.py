@@ -35,6 +35,17 @@ def published_port(record: Any, spec: StepSpec) -> int:
     return port
 
 
+def exit_reason(record: Any, spec: StepSpec, ready: bool) -> str:
+    """Why a deployment step's exit fails the attempt, from its launcher's record (None: it never ran)."""
+    if record is None:
+        return "launch_failed"
+    if record.get("error"):
+        return record.get("error_kind") or "launch_failed"
+    if spec.rank > 0:
+        return "follower_exited"
+    return "server_crashed" if ready else "server_exited_while_loading"
+
+
 def identity_request(record: Any, spec: StepSpec, port: int) -> dict[str, int]:
     """What the on-node check compares listeners against: the launched process (pid, start time)
     and its process group."""

@@ -9,6 +9,7 @@ import os
 import socket
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Optional
 
 from dd_slurm.bundle.manifest import verify_bundle
 from dd_slurm.errors import PlanError, VerificationError
@@ -21,6 +22,15 @@ def check_bundle(bundle_dir: Path, expected_digest: str) -> None:
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         raise VerificationError("bundle_checksum", problems[0] + more)
+
+
+def verified_by_entry(verified: Optional[tuple[str, str]], bundle_dir: Path, digest: str) -> bool:
+    """Whether the entry point of this very process verified this bundle, every file, against this
+    digest before anything of it was imported (hashing it all again would only add time)."""
+    if verified is None:
+        return False
+    directory, checked = verified
+    return checked == digest and os.path.realpath(directory) == os.path.realpath(bundle_dir)
 
 
 def check_plan(plan_path: Path, expected_digest: str) -> Plan:
