@@ -22,7 +22,8 @@ from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
 
-POLL_S = 0.05
+POLL_S = 0.05  # between readiness rounds (each probes every waiting replica)
+EXIT_POLL_S = 0.01  # waiting for one process to exit or to serve: a poll is one waitpid or one small read
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
 
@@ -112,7 +113,7 @@ class RuntimeActions:
                     waiting = [u for u in waiting if u.name not in done]
                     self._past_deadline(waiting)
                 if waiting:
-                    s.clock.sleep(POLL_S)
+                    s.clock.sleep(min(POLL_S, EXIT_POLL_S * len(waiting)))  # a few replicas: probe often
         s.gate.check()
         return True
 
@@ -147,7 +148,7 @@ class RuntimeActions:
                 raise AttemptFailure("gateway_failed", f"the gateway did not serve within "
                                      f"{gateway_step.START_TIMEOUT_S:g}s; see logs/{gateway_step.GATEWAY_STEP}.log")
             if self.gateway_base is None:
-                self.s.clock.sleep(POLL_S)
+                self.s.clock.sleep(EXIT_POLL_S)
         return True
 
     def publish_endpoints(self) -> None:
@@ -283,7 +284,7 @@ class RuntimeActions:
             self.check_alive()
             if deadline is not None and self.s.clock.monotonic() > deadline:
                 raise AttemptFailure(timeout_reason, f"{name} still running at its deadline")
-            self.s.clock.sleep(POLL_S)
+            self.s.clock.sleep(EXIT_POLL_S)
 
     def check_alive(self) -> None:
         """A deployment step that exited is a failure now, not at a deadline. When a follower and

@@ -1,6 +1,7 @@
 """The attempt's gateway as one more step: its config from the ready replicas, its spec (started
 by the one step runner on the client's node, loopback only), the URL it serves read back validated
-from its state file, and what its exit means for the attempt."""
+from its state file, and what its exit means for the attempt. The gateway's own modules are
+imported when first needed (the gateway starts while the servers load), not at supervisor start."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
-from dd_slurm.gateway.config import CONFIG_NAME, STATE_NAME, dump, for_attempt
 from dd_slurm.plan import Plan
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec
@@ -28,6 +28,8 @@ def _literal(text: str) -> str:
 def write_config(plan: Plan, placement: tuple[Placed, ...], urls: dict[str, str], attempt_dir: Path) -> Path:
     """gateway.json: every alias with the base URL and in-flight cap of each of its replicas. The
     key's value is not in it: the gateway reads it from the variable the client's key uses."""
+    from dd_slurm.gateway.config import CONFIG_NAME, dump, for_attempt
+
     aliases = {d.name: d.model_alias for d in plan.deployments}
     models: dict[str, list[dict]] = {}
     for unit in placement:
@@ -53,6 +55,8 @@ def gateway_spec(plan: Plan, node: str, layout: Layout, interpreter: list[str], 
 def served_base(attempt_dir: Path, started: Optional[dict]) -> Optional[str]:
     """`http://127.0.0.1:PORT` once the gateway this supervisor started says it serves; None
     before. A state file from another process, or of the wrong shape, is not believed."""
+    from dd_slurm.gateway.config import STATE_NAME
+
     try:
         state = json.loads((attempt_dir / STATE_NAME).read_text())
     except (OSError, ValueError):
@@ -74,6 +78,8 @@ def exit_failure(attempt_dir: Path, code: int) -> AttemptFailure:
 
 
 def _stalled_detail(attempt_dir: Path) -> str:
+    from dd_slurm.gateway.config import STATE_NAME
+
     try:
         stalled = json.loads((attempt_dir / STATE_NAME).read_text()).get("stalled") or []
         first = stalled[0]

@@ -1,9 +1,9 @@
 """Readiness probes: strict HTTP (200 only) with short timeouts, carrying the attempt's key as
-`Authorization: Bearer` (the key is never recorded). The caller owns deadlines."""
+`Authorization: Bearer` (the key is never recorded). The caller owns deadlines. http.client is
+imported at the first probe (while the servers load), not at supervisor start."""
 
 from __future__ import annotations
 
-import http.client
 import json
 from typing import Any, Optional
 
@@ -11,6 +11,8 @@ MAX_BODY = 1 << 20
 
 
 def _get(host: str, port: int, path: str, key: Optional[str], timeout_s: float) -> tuple[int, bytes]:
+    import http.client
+
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
     headers = {"Connection": "close", **({"Authorization": f"Bearer {key}"} if key else {})}
     try:
@@ -23,6 +25,8 @@ def _get(host: str, port: int, path: str, key: Optional[str], timeout_s: float) 
 
 def probe_health(host: str, port: int, path: str, key: Optional[str] = None, timeout_s: float = 0.5) -> dict[str, Any]:
     """{"ok": bool, "status": int | None, "error": str | None}; never raises."""
+    import http.client
+
     try:
         status, _body = _get(host, port, path, key, timeout_s)
         return {"ok": status == 200, "status": status, "error": None}
@@ -33,6 +37,8 @@ def probe_health(host: str, port: int, path: str, key: Optional[str] = None, tim
 def served_models(host: str, port: int, key: Optional[str] = None,
                   timeout_s: float = 5.0) -> tuple[list[str], Optional[str]]:
     """The model ids `/v1/models` lists, or a problem (status, connection, shape); never raises."""
+    import http.client
+
     try:
         status, body = _get(host, port, "/v1/models", key, timeout_s)
     except (OSError, http.client.HTTPException) as err:
