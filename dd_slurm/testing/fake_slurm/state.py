@@ -39,6 +39,9 @@ class FakeSlurm:
             before = self.path.read_text() if self.path.exists() else "{}"
             state = json.loads(before)
             yield state
+            if "calls" in state:  # the call log replaced as a whole (`state["calls"] = []` resets it)
+                with open(self.calls_path, "w") as log:
+                    log.writelines(json.dumps(call) + "\n" for call in state.pop("calls"))
             after = json.dumps(state)
             if after != before:  # a look that changed nothing writes nothing
                 tmp = self.path.with_suffix(".tmp")
