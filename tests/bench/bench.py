@@ -243,9 +243,17 @@ def runtime_benchmarks(runs: int = 3) -> list[dict]:
     probe = subprocess.run(["timeout", "5", "sinfo", "-h"], capture_output=True)
     if probe.returncode != 0:
         return [row("runtime figures", [], "", "", "skipped: the lab cluster is not up (make cluster-up)")]
+    import shutil
+
     from tests.runtime.harness import plan_data
+    from tests.slurm import real_attempt
+    from tests.slurm.clusters import Cluster, table
     from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
 
+    if real_attempt.CLUSTER["current"] is None:  # submit() runs the cluster's tools: the one on PATH (the host's)
+        host = next(v for v, r in table().items() if r["root"] == "host")
+        real_attempt.CLUSTER["current"] = Cluster(host, str(Path(shutil.which("sinfo") or "/usr/bin/sinfo").parent),
+                                                  table()[host]["net"])
     load, grace = 2.0, 2.0
     found: dict[str, list[float]] = {"overhead": [], "readiness": [], "cleanup": [], "ignoring": [], "rss": []}
     with tempfile.TemporaryDirectory() as tmp:
