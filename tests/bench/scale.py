@@ -168,7 +168,8 @@ def big_allocation(load_s: float = 3.0) -> list[dict]:
             _row(f"  ... the same less the steps' CPU spread over this machine's {cores} cores", [
                 overhead - steps_cpu / cores], "s", "", f"steps' processes (fake srun, on-node commands, servers, "
                 f"gateway, client) {steps_cpu:.1f} CPU-s, of which the servers' own start-up {servers_cpu:.1f}; "
-                f"supervisor {cpu.get('self', 0.0):.1f} CPU-s"),
+                f"supervisor {cpu.get('self', 0.0):.1f} CPU-s; at or below 0: the overhead is all the simulated nodes' "
+                "CPU (some of it, the client's and the servers' serving, falls outside the overhead's windows)"),
             _row("  ... supervisor peak RSS", [supervisor["peak_rss_kib"] / 1024], "MiB", "< 80 MiB")]
 
 
