@@ -107,7 +107,6 @@ class RuntimeActions:
                 self.check_alive()
                 with self.readiness.batch():
                     healthy = self._healthy(waiting, pool)
-                    self.launch_gateway()
                     self._confirm_identities(healthy, pool)
                     done = {u.name for u in healthy}
                     waiting = [u for u in waiting if u.name not in done]
@@ -128,12 +127,7 @@ class RuntimeActions:
 
     # ready -> client: the gateway in front of every replica
     def launch_gateway(self) -> None:
-        """The gateway in front of every replica, started as soon as every replica's port is known
-        (from deployments_ready, while the servers load: it forwards nothing before the client
-        starts, and its own start-up is then off the critical path); at `ready` if not yet."""
         s, p = self.s, self.s.prepared
-        if gateway_step.GATEWAY_STEP in s.table.procs or len(self.replica_urls()) < len(p.placement):
-            return
         config = gateway_step.write_config(p.plan, p.placement, self.replica_urls(), s.dir)
         self._start(gateway_step.gateway_spec(p.plan, p.alloc.batch_node, s.layout, p.runner.interpreter,
                                               p.runner.entry, config))
