@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dd_slurm.cli import main
+from dd_slurm.console import main  # the console script, as a user runs it
 from tests.runtime.harness import plan_data, stage_plan
 
 DEEP = "[" * 100_000 + "]" * 100_000

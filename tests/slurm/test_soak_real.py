@@ -9,7 +9,6 @@ import pytest
 
 from tests.slurm.soak import soak, summary
 
-
 # Attempts per cluster: the full soak on the proctrack/cgroup cluster (how most GPU sites track
 # processes), a shorter one on each other release; DD_SLURM_SOAK_N overrides both.
 FULL, SHORT = 30, 10
