@@ -21,9 +21,9 @@ from dd_slurm.runtime.budget import STOP_ALLOWANCE_S, Budget
 from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.leftover_scan import record_trees, scan_node
 from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 
-CLEANUP_NAME = "cleanup.json"
 KILL_WAIT_S = 3.0
 SCAN_S = 30.0
 AFTER_GRACE_S = 2.0  # of the budget kept back from the grace: SIGKILL, the scan, the report
@@ -35,7 +35,7 @@ class Cleanup:
                  grace_s: float, nodes: tuple[str, ...], attempt_id: str,
                  signal_step: Callable[..., bool], finish_readiness: Callable[[], None],
                  budget: Optional[Budget] = None) -> None:
-        self.path = Path(attempt_dir) / CLEANUP_NAME
+        self.path = Path(attempt_dir) / files.CLEANUP
         self.dir = Path(attempt_dir)
         self.table, self.runner, self.clock, self.grace_s = table, runner, clock, grace_s
         self.nodes, self.attempt_id = nodes, attempt_id

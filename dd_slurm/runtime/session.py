@@ -19,7 +19,6 @@ from dd_slurm.errors import DdSlurmError, VerificationError
 from dd_slurm.plan import Deployment, Plan
 from dd_slurm.runtime import verify
 from dd_slurm.runtime.context import Allocation
-from dd_slurm.runtime.endpoints import ENDPOINTS_NAME
 from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.placement import Placed, place_replicas
 from dd_slurm.runtime.processes import ProcessTable
@@ -27,6 +26,7 @@ from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps
 from dd_slurm.scheduler.render import interpreter
 from dd_slurm.shards import shard_of
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.attempt_record import read_record
 
@@ -64,11 +64,11 @@ class Session:
         record = read_record(self.dir)
         self.bundle_dir = Path(record["bundle_dir"])
         self.shard = shard_of(record, environ)  # (index, count), validated; (0, 1) unless a shard
-        self.results_dir = self.dir / "results"
+        self.results_dir = self.dir / files.RESULTS_DIR
         self.ambient = dict(environ)
         self.clock, self.gate, self.commands = clock, gate, commands
         self.table = ProcessTable(self.dir, clock)
-        self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / ENDPOINTS_NAME), str(self.results_dir),
+        self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / files.ENDPOINTS), str(self.results_dir),
                              *self.shard)
         self.api_key = secrets.token_urlsafe(32)  # this supervisor's attempt key: environments only
         self.job_facts: Optional[JobFacts] = None  # set by run.py; cleanup's budget reads it
@@ -78,7 +78,7 @@ class Session:
     def checked_plan(self) -> Plan:
         """The plan, digest-checked on first use and then read from memory."""
         if self._plan is None:
-            self._plan = verify.check_plan(self.dir / "plan.json", self.plan_digest)
+            self._plan = verify.check_plan(self.dir / files.PLAN, self.plan_digest)
         return self._plan
 
     def prepare(self) -> Prepared:
@@ -170,7 +170,7 @@ class Session:
             if path is None and "PATH" in spec.passed:
                 passed["PATH"] = self.ambient["PATH"]
             entry["executables"].append({"program": spec.program(), "path": path})
-        request = self.dir / "steps" / "probe-request.json"
+        request = files.probe_request(self.dir)
         request.parent.mkdir(exist_ok=True)
         write_json_atomic(request, {"nodes": nodes})
         return request, passed
