@@ -160,8 +160,9 @@ class RuntimeActions:
         phases = [["client", "preflight"], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
         grace = s.cleanup_grace_s(default=10.0)
         nodes = p.alloc.nodes if p is not None else ()
-        Cleanup(s.dir, s.table, p.runner if p is not None else None, s.clock, grace, nodes, s.attempt_id,
-                s.signal_step, self._finish_readiness, budget_for(s, reason, grace)).run(phases, outcome, reason)
+        Cleanup(attempt_dir=s.dir, table=s.table, runner=p.runner if p is not None else None, clock=s.clock,
+                grace_s=grace, nodes=nodes, attempt_id=s.attempt_id, signal_step=s.signal_step,
+                finish_readiness=self._finish_readiness, budget=budget_for(s, reason, grace)).run(phases, outcome, reason)
 
     # helpers
     def _start(self, spec: StepSpec) -> None:

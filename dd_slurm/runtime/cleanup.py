@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
+import attrs
+
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.budget import STOP_ALLOWANCE_S, Budget
 from dd_slurm.runtime.launch import StepRunner
@@ -30,19 +32,31 @@ AFTER_GRACE_S = 2.0  # of the budget kept back from the grace: SIGKILL, the scan
 _JOB_ENDING = re.compile(r"has expired|Expired or invalid job|already completing|Job/step already|Invalid job id")
 
 
+def _default_budget(cleanup: Cleanup) -> Budget:
+    return Budget(cleanup.clock.monotonic() + cleanup.grace_s + STOP_ALLOWANCE_S, cleanup.grace_s + STOP_ALLOWANCE_S,
+                  "default: grace + allowance")
+
+
+@attrs.frozen(kw_only=True, eq=False)
 class Cleanup:
-    def __init__(self, attempt_dir: Path, table: ProcessTable, runner: Optional[StepRunner], clock: Clock,
-                 grace_s: float, nodes: tuple[str, ...], attempt_id: str,
-                 signal_step: Callable[..., bool], finish_readiness: Callable[[], None],
-                 budget: Optional[Budget] = None) -> None:
-        self.path = Path(attempt_dir) / files.CLEANUP
-        self.dir = Path(attempt_dir)
-        self.table, self.runner, self.clock, self.grace_s = table, runner, clock, grace_s
-        self.nodes, self.attempt_id = nodes, attempt_id
-        self.signal_step, self.finish_readiness = signal_step, finish_readiness
-        self._table_lock = threading.Lock()
-        self.budget = budget or Budget(clock.monotonic() + grace_s + STOP_ALLOWANCE_S, grace_s + STOP_ALLOWANCE_S,
-                                       "default: grace + allowance")
+    """One cleanup of one attempt. `runner` is None and `nodes` empty when preparation never
+    built them: what this process started is still stopped, and this node scanned."""
+
+    dir: Path = attrs.field(alias="attempt_dir", converter=Path)
+    table: ProcessTable
+    runner: Optional[StepRunner]
+    clock: Clock
+    grace_s: float
+    nodes: tuple[str, ...]
+    attempt_id: str
+    signal_step: Callable[..., bool]
+    finish_readiness: Callable[[], None]
+    budget: Budget = attrs.field(default=attrs.Factory(_default_budget, takes_self=True))
+    _table_lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+
+    @property
+    def path(self) -> Path:
+        return self.dir / files.CLEANUP
 
     def left(self) -> float:
         return self.budget.left(self.clock.monotonic())

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
 
+import attrs
+
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.processes import ProcessTable, Tracked
 from dd_slurm.runtime.steps import StepSpec, node_command_argv, srun_argv
@@ -16,12 +18,25 @@ from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 
 
+def env_copy(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of the caller's environment mapping, never shared with it."""
+    return dict(env)
+
+
+@attrs.frozen(kw_only=True, eq=False)
 class StepRunner:
-    def __init__(self, table: ProcessTable, clock: Clock, attempt_dir: Path, srun: str, job_id: str,
-                 interpreter: list[str], entry: str, srun_env: Mapping[str, str]) -> None:
-        self.table, self.clock, self.dir = table, clock, Path(attempt_dir)
-        self.srun, self.job_id, self.interpreter, self.entry = srun, job_id, interpreter, entry
-        self.srun_env = dict(srun_env)
+    """Starts steps through `srun` (the process table launches it) for one job's allocation."""
+
+    table: ProcessTable
+    clock: Clock
+    dir: Path = attrs.field(alias="attempt_dir", converter=Path)
+    srun: str
+    job_id: str
+    interpreter: list[str]
+    entry: str
+    srun_env: Mapping[str, str] = attrs.field(converter=env_copy)
+
+    def __attrs_post_init__(self) -> None:
         (self.dir / files.STEPS_DIR).mkdir(exist_ok=True)
 
     def start(self, spec: StepSpec, passed: Optional[Mapping[str, str]] = None) -> Tracked:

@@ -61,7 +61,8 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
 
 def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str],
                environ: Mapping[str, str], clock: Clock, gate: SignalGate, commands: SlurmCommands) -> Attempt:
-    session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
+    session = Session(attempt_dir=Path(attempt_dir), bundle_digest=bundle_digest, plan_digest=plan_digest,
+                      environ=environ, clock=clock, gate=gate, commands=commands)
     session.job_facts = JobFacts(environ, commands.bounded(10.0), environ.get("SLURM_JOB_ID", ""),
                                  FACTS_DELAY_S)
     write_supervisor_record(session.dir, "running")

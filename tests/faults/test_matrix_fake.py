@@ -81,9 +81,10 @@ def test_cleanup_called_twice_does_nothing_new(tmp_path, fake_slurm) -> None:
     assert ["client", "deploy-small-0", "gateway"] == stopped
     signalled = []
     table = ProcessTable(staged.attempt_dir, Clock())
-    again = Cleanup(staged.attempt_dir, table, None, Clock(), 1.0, (), staged.attempt_id,
-                    lambda name, sig, timeout_s=None: signalled.append((name, sig)) or False, lambda: None
-                    ).run([["client"], ["gateway"], ["deploy-small-0"]], "failed", "again")
+    again = Cleanup(attempt_dir=staged.attempt_dir, table=table, runner=None, clock=Clock(), grace_s=1.0, nodes=(),
+                    attempt_id=staged.attempt_id,
+                    signal_step=lambda name, sig, timeout_s=None: signalled.append((name, sig)) or False,
+                    finish_readiness=lambda: None).run([["client"], ["gateway"], ["deploy-small-0"]], "failed", "again")
     assert (first["runs"] + 1, "clean", [], [], []) == (
         again["runs"], again["verdict"], again["leftovers_found"], again["leftovers_killed"], signalled)
     assert ["no allocation to scan through"] == again["notes"]

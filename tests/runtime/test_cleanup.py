@@ -21,17 +21,18 @@ def _setup(tmp_path, fake_slurm):
     staged = stage_plan(tmp_path, plan_data("single-node"))
     clock = Clock()
     table = ProcessTable(staged.attempt_dir, clock)
-    runner = StepRunner(table, clock, staged.attempt_dir, str(fake_slurm.bin_dir / "srun"), "4242",
-                        interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest),
-                        str(staged.bundle_dir / "entry.py"),
-                        {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})
+    runner = StepRunner(table=table, clock=clock, attempt_dir=staged.attempt_dir, srun=str(fake_slurm.bin_dir / "srun"),
+                        job_id="4242", interpreter=interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest),
+                        entry=str(staged.bundle_dir / "entry.py"),
+                        srun_env={"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})
     env = {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id, "DD_SLURM_ROLE": "server"}
     table.spawn("server", [sys.executable, "-c", "import time; time.sleep(60)"], env, staged.attempt_dir / "logs" / "s.log")
     return staged, clock, table, runner
 
 
 def _cleanup(staged, clock, table, runner, signal_step=lambda name, sig, timeout_s=None: False):
-    return Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id, signal_step, lambda: None)
+    return Cleanup(attempt_dir=staged.attempt_dir, table=table, runner=runner, clock=clock, grace_s=0.5, nodes=NODES,
+                   attempt_id=staged.attempt_id, signal_step=signal_step, finish_readiness=lambda: None)
 
 
 def test_a_process_that_cannot_be_signalled_is_recorded_and_cleared_by_the_scan(tmp_path, fake_slurm) -> None:
@@ -56,8 +57,9 @@ def test_a_node_that_does_not_answer_is_recorded(tmp_path, fake_slurm) -> None:
                          stderr="srun: error: Task launch for StepId=4242.3 failed on node n2: "
                                 "Communication connection failure\n")
     finished = []
-    report = Cleanup(staged.attempt_dir, table, runner, clock, 0.5, NODES, staged.attempt_id,
-                     lambda n, s, timeout_s=None: False, lambda: finished.append(True)).run([["server"]], "failed", "test")
+    report = Cleanup(attempt_dir=staged.attempt_dir, table=table, runner=runner, clock=clock, grace_s=0.5, nodes=NODES,
+                     attempt_id=staged.attempt_id, signal_step=lambda n, s, timeout_s=None: False,
+                     finish_readiness=lambda: finished.append(True)).run([["server"]], "failed", "test")
     assert any("Communication connection failure" in p for p in report["problems"])
     assert ([True], "attention") == (finished, report["verdict"])
     assert json.loads((staged.attempt_dir / "cleanup.json").read_text())["problems"] == report["problems"]
