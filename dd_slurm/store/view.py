@@ -44,20 +44,11 @@ def read_json(path: Path, expect: type | tuple[type, ...] = dict) -> Optional[An
 
 
 def read_cleanup(path: Path) -> Optional[dict[str, Any]]:
-    """cleanup.json as the cleanup writes it: verdict text, runs a count, lists of objects/text."""
-    report = read_json(path)
-    if report is None:
-        return None
-    shapes = {"processes": dict, "problems": str, "leftovers_found": dict, "leftovers_killed": dict,
-              "leftovers_after": dict}
-    for key, item in shapes.items():
-        value = report.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
-            raise AttemptDirError(f"{path}: {key} must be a list of {item.__name__} values")
-    if not isinstance(report.get("verdict", ""), str) or isinstance(report.get("runs", 1), bool) \
-            or not isinstance(report.get("runs", 1), int):
-        raise AttemptDirError(f"{path}: verdict must be text and runs a count")
-    return report
+    """cleanup.json read back as its typed record (validated: see store/cleanup_report), in its JSON form."""
+    from dd_slurm.store.cleanup_report import read_report, report_json
+
+    report = read_report(path)
+    return report_json(report) if report is not None else None
 
 
 def read_readiness(path: Path) -> Optional[dict[str, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 
@@ -12,6 +11,7 @@ from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.scheduler.render import interpreter
+from dd_slurm.store.cleanup_report import read_report
 from tests.runtime.harness import no_leftovers, plan_data, stage_plan
 
 NODES = ("127.0.2.1", "127.0.2.2")
@@ -44,8 +44,8 @@ def test_a_process_that_cannot_be_signalled_is_recorded_and_cleared_by_the_scan(
         raise PermissionError(f"scancel refused {sig} for {name}")
 
     report = _cleanup(staged, clock, table, runner, refuse).run([["server"]], "failed", "test")
-    assert any("SIGTERM to server" in p for p in report["problems"])
-    assert "attention" == report["verdict"]
+    assert any("SIGTERM to server" in p for p in report.problems)
+    assert "attention" == report.verdict
     assert [] == no_leftovers(staged.attempt_id)
 
 
@@ -60,9 +60,9 @@ def test_a_node_that_does_not_answer_is_recorded(tmp_path, fake_slurm) -> None:
     report = Cleanup(attempt_dir=staged.attempt_dir, table=table, runner=runner, clock=clock, grace_s=0.5, nodes=NODES,
                      attempt_id=staged.attempt_id, signal_step=lambda n, s, timeout_s=None: False,
                      finish_readiness=lambda: finished.append(True)).run([["server"]], "failed", "test")
-    assert any("Communication connection failure" in p for p in report["problems"])
-    assert ([True], "attention") == (finished, report["verdict"])
-    assert json.loads((staged.attempt_dir / "cleanup.json").read_text())["problems"] == report["problems"]
+    assert any("Communication connection failure" in p for p in report.problems)
+    assert ([True], "attention") == (finished, report.verdict)
+    assert report == read_report(staged.attempt_dir / "cleanup.json")
 
 
 def test_a_log_dir_that_became_unusable_is_recorded(tmp_path, fake_slurm) -> None:
@@ -72,8 +72,8 @@ def test_a_log_dir_that_became_unusable_is_recorded(tmp_path, fake_slurm) -> Non
     shutil.rmtree(staged.attempt_dir / "logs")
     (staged.attempt_dir / "logs").write_text("not a directory")
     report = _cleanup(staged, clock, table, runner).run([["server"]], "failed", "test")
-    assert any("leftover scan" in p for p in report["problems"])
-    assert "stopped by SIGTERM (exit -15)" == report["processes"][0]["how"]
+    assert any("leftover scan" in p for p in report.problems)
+    assert "stopped by SIGTERM (exit -15)" == report.processes[0].how
     assert (staged.attempt_dir / "cleanup.json").exists()
 
 
@@ -82,6 +82,6 @@ def test_running_cleanup_again_stops_nothing_new(tmp_path, fake_slurm) -> None:
     staged, clock, table, runner = _setup(tmp_path, fake_slurm)
     first = _cleanup(staged, clock, table, runner).run([["server"]], "failed", "test")
     second = _cleanup(staged, clock, table, runner).run([["server"]], "failed", "test")
-    assert (1, 2) == (first["runs"], second["runs"])
-    assert "exited -15 before cleanup" == second["processes"][0]["how"]
-    assert ("clean", []) == (second["verdict"], second["leftovers_found"])
+    assert (1, 2) == (first.runs, second.runs)
+    assert "exited -15 before cleanup" == second.processes[0].how
+    assert ("clean", ()) == (second.verdict, second.leftovers_found)
