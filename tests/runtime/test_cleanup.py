@@ -10,9 +10,11 @@ from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.runtime.run import run_attempt
 from dd_slurm.scheduler.render import interpreter
 from dd_slurm.store.cleanup_report import read_report
-from tests.runtime.harness import no_leftovers, plan_data, stage_plan
+from tests.runtime.harness import NODES as FAKE_NODES
+from tests.runtime.harness import allocation_env, journal, no_leftovers, plan_data, stage_plan
 
 NODES = ("127.0.2.1", "127.0.2.2")
 
@@ -85,3 +87,24 @@ def test_running_cleanup_again_stops_nothing_new(tmp_path, fake_slurm) -> None:
     assert (1, 2) == (first.runs, second.runs)
     assert "exited -15 before cleanup" == second.processes[0].how
     assert ("clean", ()) == (second.verdict, second.leftovers_found)
+
+
+def test_cleanup_after_a_failed_preparation_still_runs_and_reports(tmp_path, fake_slurm) -> None:
+    """A supervisor resumes an attempt left at `verified` in a job where srun cannot be found:
+    preparing its session fails (`srun_missing`), and cleanup, with no step runner and no nodes,
+    still runs (this node scanned directly), writes its finished report and ends the attempt."""
+    staged = stage_plan(tmp_path, plan_data("single-node"))
+    env = allocation_env(fake_slurm.bin_dir, FAKE_NODES[:1], 1)
+    first = run_attempt(staged.attempt_dir, staged.bundle_digest, staged.plan_digest, until="verified", environ=env)
+    assert ("verified", None) == (first.state, read_report(staged.attempt_dir / "cleanup.json"))
+    no_srun = tmp_path / "no-srun"
+    no_srun.mkdir()
+    resumed = run_attempt(staged.attempt_dir, staged.bundle_digest, staged.plan_digest,
+                          environ={**env, "DD_SLURM_BIN_DIR": str(no_srun)}, command="advance")
+    report = read_report(staged.attempt_dir / "cleanup.json")
+    assert ("done", "failed", "srun_missing") == (resumed.state, resumed.outcome, resumed.reason)
+    assert [("preflight", "cleanup", "srun_missing"), ("cleanup", "done", "srun_missing")] == \
+        journal(staged.attempt_dir)[-2:]
+    assert (1, True, "clean", ("no allocation to scan through",), ()) == (
+        report.runs, report.finished, report.verdict, report.notes, report.problems)
+    assert [] == no_leftovers(staged.attempt_id)
