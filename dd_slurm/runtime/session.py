@@ -58,7 +58,7 @@ def _resolved(path: str | Path) -> Path:
     return Path(path).resolve()
 
 
-@attrs.define(kw_only=True, eq=False)
+@attrs.define(kw_only=True, eq=False, repr=False)  # no repr: it holds the attempt key and forwarded values
 class Session:
     """One runtime process's view of its attempt; `prepare()` builds the rest once."""
 
