@@ -235,7 +235,9 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
     import os
     from pathlib import Path
 
-    if Path(plan, "run.json").is_file():
+    from dd_slurm.store import attempt_files
+
+    if Path(plan, attempt_files.RUN_RECORD).is_file():
         from dd_slurm.shards import submit_staged_run as do_submit
     elif Path(plan).is_dir():
         from dd_slurm.submit_staged import submit_staged as do_submit  # type: ignore[assignment]

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput, SchedulerError, SubmissionUnknown
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.attempt_record import JOB_ID, add_observation, read_record, settled, update_record
-from dd_slurm.store.view import READINESS_NAME, attempt_summary, read_readiness
+from dd_slurm.store.view import attempt_summary, read_readiness
 
 if TYPE_CHECKING:  # imported when needed: a finished attempt's status calls no tool, parses nothing
     from dd_slurm.scheduler.commands import QueryResult, SlurmCommands
@@ -98,7 +99,7 @@ def settled_status(attempt_dir: Path) -> Optional[dict[str, Any]]:
 def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]]) -> dict[str, Any]:
     summary = attempt_summary(attempt_dir)
     record = read_record(attempt_dir)
-    readiness = read_readiness(attempt_dir / READINESS_NAME)
+    readiness = read_readiness(attempt_dir / files.READINESS)
     view: dict[str, Any] = {"attempt": summary, "scheduler": None, "readiness": readiness}
     try:
         view["scheduler"] = observe(record) if record.get("job_id") else None

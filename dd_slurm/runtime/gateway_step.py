@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
-from dd_slurm.gateway.config import CONFIG_NAME, STATE_NAME, dump, for_attempt
+from dd_slurm.gateway.config import dump, for_attempt
 from dd_slurm.plan import Plan
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_atomic
 
 GATEWAY_STEP = "gateway"
@@ -35,7 +36,7 @@ def write_config(plan: Plan, placement: tuple[Placed, ...], urls: dict[str, str]
             {"deployment": unit.deployment, "replica": unit.replica, "base_url": urls[unit.name]})
     config = for_attempt(str(attempt_dir), models, {d.name: d.max_inflight for d in plan.deployments},
                          plan.gateway, plan.client.env.api_key_var)
-    path = attempt_dir / CONFIG_NAME
+    path = attempt_dir / files.GATEWAY_CONFIG
     write_atomic(path, dump(config))
     return path
 
@@ -54,7 +55,7 @@ def served_base(attempt_dir: Path, started: Optional[dict]) -> Optional[str]:
     """`http://127.0.0.1:PORT` once the gateway this supervisor started says it serves; None
     before. A state file from another process, or of the wrong shape, is not believed."""
     try:
-        state = json.loads((attempt_dir / STATE_NAME).read_text())
+        state = json.loads((attempt_dir / files.GATEWAY_STATE).read_text())
     except (OSError, ValueError):
         return None
     if not (isinstance(state, dict) and state.get("state") == "serving" and started and
@@ -75,7 +76,7 @@ def exit_failure(attempt_dir: Path, code: int) -> AttemptFailure:
 
 def _stalled_detail(attempt_dir: Path) -> str:
     try:
-        stalled = json.loads((attempt_dir / STATE_NAME).read_text()).get("stalled") or []
+        stalled = json.loads((attempt_dir / files.GATEWAY_STATE).read_text()).get("stalled") or []
         first = stalled[0]
         return (f"replica {first['name']} ({first['base_url']}) sent no response byte for {first['silent_s']:.0f}s "
                 f"with {first['inflight']} request(s) in flight")

@@ -11,7 +11,8 @@ import socket
 import sys
 from pathlib import Path
 
-from dd_slurm.store.atomic import write_json_atomic  # standard library only, like this module
+from dd_slurm.store import attempt_files as files  # standard library only, like this module
+from dd_slurm.store.atomic import write_json_atomic
 
 EXIT_NOT_FOUND = 127
 EXIT_GPU_SHAPE = 86
@@ -88,7 +89,7 @@ def run_step(spec_path: str) -> int:
     program, argv, noted, problem = launch_plan(spec, env, record["node"], node_address())
     kind, error = ("gpu_shape", gpu_problem) if gpu_problem else problem or (None, None)
     record.update(noted, error=error, error_kind=kind)
-    write_json_atomic(Path(spec_path).with_suffix(".started.json"), record)
+    write_json_atomic(files.started_of(spec_path), record)
     if record["error"]:
         print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)
         return EXIT_GPU_SHAPE if gpu_problem else EXIT_NOT_FOUND

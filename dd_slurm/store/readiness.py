@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dd_slurm.errors import DdSlurmError
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 
-READINESS_NAME = "readiness.json"
 SCHEMA = 2
 MOVES = {
     "pending": {"starting", "failed", "stopped"},
@@ -38,7 +38,7 @@ class ReadinessError(DdSlurmError):
 
 class Readiness:
     def __init__(self, attempt_dir: Path, attempt_id: str, deployments: dict[str, dict[str, Any]]) -> None:
-        self.path = Path(attempt_dir) / READINESS_NAME
+        self.path = Path(attempt_dir) / files.READINESS
         self.record: dict[str, Any] = {
             "schema": SCHEMA, "attempt_id": attempt_id, "endpoints": "unpublished",
             "deployments": {name: {"state": "pending", "expected": 1, "ready": [], "deadline": None,
