@@ -251,7 +251,7 @@ class RuntimeActions:
 
     def ensure_readiness(self) -> Readiness:
         if self._readiness is None:
-            self._readiness = Readiness(self.s.dir, self.s.attempt_id, self.s.readiness_entries())
+            self._readiness = Readiness.new(self.s.dir, self.s.attempt_id, self.s.readiness_entries())
         return self._readiness
 
     @property
@@ -262,8 +262,9 @@ class RuntimeActions:
         return self._readiness
 
     def _finish_readiness(self) -> None:
-        if self._readiness is not None:
-            self._readiness.finish()
+        readiness = self._readiness or Readiness.left_by_earlier_run(self.s.dir)
+        if readiness is not None:
+            readiness.finish()
         p = self.s.prepared_if_any
         if p is not None and p.placement and (self.s.dir / files.ENDPOINTS).exists():
             self.publish("withdrawn")

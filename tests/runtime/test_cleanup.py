@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 
@@ -92,7 +93,8 @@ def test_running_cleanup_again_stops_nothing_new(tmp_path, fake_slurm) -> None:
 def test_cleanup_after_a_failed_preparation_still_runs_and_reports(tmp_path, fake_slurm) -> None:
     """A supervisor resumes an attempt left at `verified` in a job where srun cannot be found:
     preparing its session fails (`srun_missing`), and cleanup, with no step runner and no nodes,
-    still runs (this node scanned directly), writes its finished report and ends the attempt."""
+    still runs (this node scanned directly), writes its finished report, makes the readiness
+    record the first run left terminal (replicas stopped, endpoints withdrawn) and ends the attempt."""
     staged = stage_plan(tmp_path, plan_data("single-node"))
     env = allocation_env(fake_slurm.bin_dir, FAKE_NODES[:1], 1)
     first = run_attempt(staged.attempt_dir, staged.bundle_digest, staged.plan_digest, until="verified", environ=env)
@@ -107,4 +109,6 @@ def test_cleanup_after_a_failed_preparation_still_runs_and_reports(tmp_path, fak
         journal(staged.attempt_dir)[-2:]
     assert (1, True, "clean", ("no allocation to scan through",), ()) == (
         report.runs, report.finished, report.verdict, report.notes, report.problems)
+    readiness = json.loads((staged.attempt_dir / "readiness.json").read_text())
+    assert ("withdrawn", {"stopped"}) == (readiness["endpoints"], {d["state"] for d in readiness["deployments"].values()})
     assert [] == no_leftovers(staged.attempt_id)
