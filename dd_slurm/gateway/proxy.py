@@ -11,7 +11,6 @@ what the gateway's CPU per request is.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any
 from dd_slurm.gateway import http1
 from dd_slurm.gateway.exchange import SENT, Exchange, error_body
 from dd_slurm.gateway.http1 import END, BadMessage, Head
-from dd_slurm.gateway.pool import READ_LIMIT, AliasPool
+from dd_slurm.gateway.pool import READ_LIMIT, AliasPool, Reading
 
 PREREAD_MAX = 1 << 20  # request bodies up to this size are read before a replica is chosen
 HIGH_WATER = 1 << 18  # a client that reads slower than the replica writes: relaying pauses here
@@ -49,7 +48,7 @@ class Proxy:
         return given is not None and hmac.compare_digest(given, self.auth)
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(Reading):
     """One client connection (an asyncio protocol): requests in turn, one exchange at a time; bytes
     that arrive meanwhile (a pipelined request) wait in the buffer."""
 
