@@ -225,7 +225,7 @@ class Counted:
         return [piece], rest
 
 
-SIZE, DATA, DATA_END, TRAILER = 0, 1, 2, 3
+SIZE, DATA, DATA_END, TRAILER, DONE = 0, 1, 2, 3, 4
 
 
 class Chunks:
@@ -259,18 +259,27 @@ class Chunks:
                     raise BadMessage(502, "chunk not followed by CRLF")
                 pos, self.state = pos + 2, SIZE
             else:
-                end = buf.find(CRLF, pos)
+                end = self._line(buf, pos)
                 if end < 0:
-                    if size - pos > LINE_MAX:
-                        raise BadMessage(502, "chunk line too long")
                     break
-                line, pos = buf[pos:end + 2], end + 2
-                if self.state == TRAILER:
-                    if line == CRLF:
-                        self.buffer = b""
-                        return (pieces if self.dechunk else [buf[:pos]]), buf[pos:]
-                    continue
-                self.need = chunk_size(line)
-                self.state = DATA if self.need else TRAILER
+                pos = end
+                if self.state == DONE:
+                    self.buffer = b""
+                    return (pieces if self.dechunk else [buf[:pos]]), buf[pos:]
         self.buffer = buf[pos:]
         return (pieces if self.dechunk else [buf[:pos]] if pos else []), None
+
+    def _line(self, buf: bytes, pos: int) -> int:
+        """A chunk size line or trailer line at `pos`: where the next thing starts, -1 until complete."""
+        end = buf.find(CRLF, pos)
+        if end < 0:
+            if len(buf) - pos > LINE_MAX:
+                raise BadMessage(502, "chunk line too long")
+            return -1
+        if self.state == TRAILER:
+            if end == pos:  # the empty line ending the trailer
+                self.state = DONE
+        else:
+            self.need = chunk_size(buf[pos:end + 2])
+            self.state = DATA if self.need else TRAILER
+        return end + 2

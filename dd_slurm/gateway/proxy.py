@@ -158,7 +158,7 @@ class ClientConnection(Reading):
         head = self.head
         if head is None:
             end = self.buffer.find(END)
-            if end < 0:
+            if end < 0 or end > READ_LIMIT:
                 if len(self.buffer) > READ_LIMIT:
                     self._error(431, "request head too large", "head_too_large")
                 return None

@@ -199,14 +199,17 @@ def median_of(results: list[dict], key: str) -> float:
 
 
 def cpu_note(results: list[dict]) -> str:
-    """Median CPU microseconds per request of each process group (of which in the kernel), and the
-    machine's busy share."""
+    """Median CPU microseconds per request of each process group (of which in the kernel), the share
+    of the machine's cores they used together, and the machine's busy share (anything else running
+    on it included)."""
     names = results[0]["cpu_us_per_request"]
     median = lambda key, name: statistics.median(r[key][name] for r in results)
     shares = ", ".join(f"{name} {median('cpu_us_per_request', name):.0f} ({median('sys_us_per_request', name):.0f} sys)"
                        for name in names)
     busy = statistics.median(r["machine_busy"] for r in results)
-    return f"CPU µs/req: {shares}; machine busy {busy:.0%} of {results[0]['cores']} cores"
+    cores = results[0]["cores"]
+    ours = statistics.median(sum(r["cpu_us_per_request"].values()) * r["rps"] / 1e6 / cores for r in results)
+    return f"CPU µs/req: {shares}; these processes {ours:.0%} of the {cores} cores, the machine busy {busy:.0%}"
 
 
 def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict]]) -> list[dict]:
