@@ -90,3 +90,14 @@ def test_a_replica_closing_idle_connections_costs_no_502(made, tmp_path) -> None
     statuses = [client.request("/m/v1/completions")[0] for _ in range(30)]
     assert ([200] * 30, 30, 30) == (statuses, len(backend.requests), backend.connections)
     client.close()
+
+
+def test_a_request_head_over_64_kib_is_431_and_closed(made, tmp_path) -> None:
+    """A request head longer than the gateway reads (64 KiB) is refused with 431 and the connection
+    closes; the replica sees nothing."""
+    backend, gateway = start(made, tmp_path)
+    client = Client(gateway.port)
+    client.sock.sendall(b"GET /m/v1/models HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
+    status, headers, _ = client.receive()
+    assert (431, "close", 0) == (status, headers.get("connection"), len(backend.requests))
+    client.close()
