@@ -1,3 +1,3 @@
-from dd_slurm.cli import main
+from dd_slurm.console import main
 
 main()

@@ -10,17 +10,13 @@ from typing import Any, NoReturn, cast
 import click
 
 from dd_slurm.errors import EXIT_INVALID, DdSlurmError
+from dd_slurm.report import printable
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
 def emit(value: Any, as_json: bool, text: Callable[[Any], str]) -> None:
     click.echo(json.dumps(value, indent=1, sort_keys=True) if as_json else printable(text(value)))
-
-
-def printable(text: str) -> str:
-    """Text any terminal can take: a lone surrogate (from a path or a damaged file) is escaped."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -239,7 +235,9 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
     import os
     from pathlib import Path
 
-    if Path(plan, "run.json").is_file():
+    from dd_slurm.store import attempt_files
+
+    if Path(plan, attempt_files.RUN_RECORD).is_file():
         from dd_slurm.shards import submit_staged_run as do_submit
     elif Path(plan).is_dir():
         from dd_slurm.submit_staged import submit_staged as do_submit  # type: ignore[assignment]

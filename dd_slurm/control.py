@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput, SchedulerError, SubmissionUnknown
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.attempt_record import JOB_ID, add_observation, read_record, settled, update_record
-from dd_slurm.store.view import READINESS_NAME, attempt_summary, read_readiness
+from dd_slurm.store.view import attempt_summary, read_readiness
 
 if TYPE_CHECKING:  # imported when needed: a finished attempt's status calls no tool, parses nothing
     from dd_slurm.scheduler.commands import QueryResult, SlurmCommands
@@ -84,12 +85,24 @@ def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str
     """The attempt from disk, a scheduler observation (none needed once accounting's terminal
     record is persisted), readiness, and the effective outcome. A scheduler that cannot answer
     leaves `scheduler` null and says why in `scheduler_error` (the CLI then exits 3)."""
+    return _status_view(attempt_dir, lambda record: observe_attempt(attempt_dir, record, commands, clock))
+
+
+def settled_status(attempt_dir: Path) -> Optional[dict[str, Any]]:
+    """`status` of an attempt whose job accounting has already recorded as ended: the same view,
+    from disk alone (no scheduler, no clock). None while the answer still needs the scheduler."""
+    if settled(read_record(attempt_dir)) is None:
+        return None
+    return _status_view(attempt_dir, settled)
+
+
+def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]]) -> dict[str, Any]:
     summary = attempt_summary(attempt_dir)
     record = read_record(attempt_dir)
-    readiness = read_readiness(attempt_dir / READINESS_NAME)
+    readiness = read_readiness(attempt_dir / files.READINESS)
     view: dict[str, Any] = {"attempt": summary, "scheduler": None, "readiness": readiness}
     try:
-        view["scheduler"] = observe_attempt(attempt_dir, record, commands, clock)
+        view["scheduler"] = observe(record) if record.get("job_id") else None
     except SchedulerError as err:
         view["scheduler_error"] = str(err)
     if view["scheduler"] and view["scheduler"]["terminal"] and summary["state"] != "done":

@@ -18,8 +18,8 @@ import attrs
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput
+from dd_slurm.store import attempt_files as files
 
-LOG_DIR = "logs"
 _BATCH = re.compile(r"batch-(\d+(?:_\d+)?)\.out\Z")
 CHUNK = 64 * 1024
 
@@ -46,11 +46,11 @@ def _regular(directory: Path) -> list[os.DirEntry]:
 
 def list_logs(attempt_dir: Path) -> list[LogFile]:
     """Every log of the attempt, the batch log first; a later job's batch log wins the name `batch`."""
-    entries = _regular(Path(attempt_dir) / LOG_DIR)
+    entries = _regular(Path(attempt_dir) / files.LOGS_DIR)
     batch = sorted((e for e in entries if _BATCH.match(e.name)), key=lambda e: (e.stat().st_mtime, e.name))
     found = [LogFile(e.name.rsplit(".", 1)[0], Path(e.path), e.stat().st_size) for e in batch[:-1]]
     if batch:
-        note = "" if any(e.name == "supervisor.log" for e in entries) else "the supervisor's output"
+        note = "" if any(e.name == files.SUPERVISOR_LOG for e in entries) else "the supervisor's output"
         found.insert(0, LogFile("batch", Path(batch[-1].path), batch[-1].stat().st_size, note))
     for entry in entries:
         if not _BATCH.match(entry.name):
@@ -81,7 +81,7 @@ def human_size(size: int) -> str:
 
 def listing_text(logs: list[LogFile], attempt_dir: Path) -> str:
     if not logs:
-        return f"no logs yet in {Path(attempt_dir) / LOG_DIR}"
+        return f"no logs yet in {Path(attempt_dir) / files.LOGS_DIR}"
     width = max(len(log.name) for log in logs)
     return "\n".join(f"{log.name:<{width}}  {human_size(log.size):>10}  {log.path}"
                      + (f"  ({log.note})" if log.note else "") for log in logs)
@@ -143,11 +143,11 @@ def await_log(attempt_dir: Path, name: str, finished: Callable[[], bool], clock:
 
 def attempt_finished(attempt_dir: Path) -> bool:
     """Nothing more will be written: the attempt is done, or its supervisor has exited."""
-    from dd_slurm.store.view import SUPERVISOR_NAME, attempt_summary, read_json
+    from dd_slurm.store.view import attempt_summary, read_json
 
     if attempt_summary(attempt_dir)["state"] == "done":
         return True
-    supervisor = read_json(Path(attempt_dir) / SUPERVISOR_NAME)
+    supervisor = read_json(Path(attempt_dir) / files.SUPERVISOR)
     return isinstance(supervisor, dict) and supervisor.get("state") == "exited"
 
 

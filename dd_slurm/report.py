@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def printable(text: str) -> str:
+    """Text any terminal can take: a lone surrogate (from a path or a damaged file) is escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def attempt_line(attempt: dict[str, Any]) -> str:
     line = f"attempt {attempt['id']}: {attempt['state']}"
     if attempt.get("outcome"):

@@ -6,8 +6,9 @@ import re
 from typing import Any, Optional
 
 from dd_slurm.report import attempt_line, cleanup_lines, history_lines, readiness_lines
+from dd_slurm.store import attempt_files as files
 
-_SEE_LOG = re.compile(r"logs/([A-Za-z0-9._-]+?)\.(?:log|out)\b")
+_SEE_LOG = re.compile(rf"{files.LOGS_DIR}/([A-Za-z0-9._-]+?)\.(?:log|out)\b")
 _BY_REASON = (("preflight", "preflight"), ("client", "client"), ("result", "client"))
 
 
@@ -46,7 +47,7 @@ def failure_lines(view: dict[str, Any]) -> list[str]:
 def result_lines(manifest: Optional[dict[str, Any]], attempt_dir: str) -> list[str]:
     if not isinstance(manifest, dict):
         return ["result: none recorded"]
-    where = f"{attempt_dir}/results/{manifest.get('path')}"
+    where = f"{attempt_dir}/{files.RESULTS_DIR}/{manifest.get('path')}"
     size = f"{manifest.get('format')}, {manifest.get('records')} records, {manifest.get('bytes')} bytes"
     return [f"result: {where} ({size})", f"  sha256 {manifest.get('sha256')}"]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dd_slurm.errors import AttemptDirError
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import sync_filesystem
 from dd_slurm.store.attempt_record import update_record
 from dd_slurm.workspace import effective, observe_entries, read_entry, reread_ended
@@ -17,7 +18,7 @@ def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
     """`status <run dir>`: every shard's status view, all observed in one round."""
     from dd_slurm.shards import shard_dirs
     from dd_slurm.store.run_record import read_run
-    from dd_slurm.store.view import READINESS_NAME, read_json
+    from dd_slurm.store.view import read_json
 
     record = read_run(run_dir)
     runs = {record["run_id"]: record}
@@ -30,7 +31,7 @@ def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
         shards.append({"shard": entry.shard["index"] if entry.shard else None,
                        "attempt": {"id": entry.id, "dir": str(entry.dir), "state": entry.state,
                                    "outcome": entry.outcome, "reason": entry.reason},
-                       "scheduler": obs, "readiness": read_json(entry.dir / READINESS_NAME),
+                       "scheduler": obs, "readiness": read_json(entry.dir / files.READINESS),
                        "effective": effective(entry, obs)})
     run = {k: record.get(k) for k in ("run_id", "job_id", "num_shards", "max_concurrent", "submitted_at")}
     return {"run": {**run, "dir": str(run_dir)}, "shards": shards}

@@ -20,13 +20,11 @@ import attrs
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput
 from dd_slurm.plan import Array, Plan, canonical_json, plan_digest
-from dd_slurm.scheduler.render import LOG_DIR, ScriptContext, render_script
+from dd_slurm.scheduler.render import ScriptContext, render_script
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import sync_filesystem, write_atomic
-from dd_slurm.store.attempt_record import RECORD_NAME, new_record, read_record
-from dd_slurm.store.run_record import RUN_NAME, RUNS_DIR, is_run_dir, new_run, read_run, shard_id, shard_width, update_run
-from dd_slurm.store.view import PLAN_NAME
-
-SCRIPT_NAME = "job.sbatch"
+from dd_slurm.store.attempt_record import new_record, read_record
+from dd_slurm.store.run_record import RUNS_DIR, is_run_dir, new_run, read_run, shard_id, shard_width, update_run
 
 
 @attrs.frozen
@@ -57,7 +55,7 @@ def run_context(plan: Plan, ws: Path, run_id: str, bundle_dir: Path, bundle_dige
     """The run's script context: the run dir stands where an attempt dir would, and each task's
     batch log goes to its own shard's logs dir (`%4a` is Slurm's zero-padded task id)."""
     count = plan.job.shards
-    log = f"{ws}/attempts/{run_id}-s%{shard_width(count)}a/{LOG_DIR}/batch-%A_%a.out"
+    log = f"{ws}/attempts/{run_id}-s%{shard_width(count)}a/{files.LOGS_DIR}/{files.ARRAY_BATCH_LOG}"
     from dd_slurm.bundle.manifest import entry_sha256
 
     return ScriptContext(run_id, str(ws / RUNS_DIR / run_id), str(bundle_dir), bundle_digest, plan_digest(plan),
@@ -88,7 +86,7 @@ def stage_run(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional
     try:
         _write_run(tmp_run, plan, ctx, clock)
         for index in range(plan.job.shards):
-            shards.append(_stage_shard(attempts, tmp_run / PLAN_NAME, ctx, index, plan, clock))
+            shards.append(_stage_shard(attempts, tmp_run / files.PLAN, ctx, index, plan, clock))
         os.rename(tmp_run, final)
     except BaseException:
         for shard in shards:
@@ -98,7 +96,7 @@ def stage_run(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional
         if tmp_run.exists():
             shutil.rmtree(tmp_run)
     sync_filesystem(ws)
-    return StagedRun(run_id, final, tuple(shards), bundle_digest, ctx.plan_digest, ctx.job_name, final / SCRIPT_NAME)
+    return StagedRun(run_id, final, tuple(shards), bundle_digest, ctx.plan_digest, ctx.job_name, final / files.SCRIPT)
 
 
 def stage_run_summary(plan: Plan, workspace: str, clock: Clock, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -110,9 +108,9 @@ def stage_run_summary(plan: Plan, workspace: str, clock: Clock, environ: Mapping
 
 def _write_run(directory: Path, plan: Plan, ctx: ScriptContext, clock: Clock) -> None:
     count = plan.job.shards
-    write_atomic(directory / PLAN_NAME, canonical_json(plan), mode=0o400, durable=False)
-    write_atomic(directory / SCRIPT_NAME, render_script(plan, ctx).encode(), mode=0o500, durable=False)
-    write_atomic(directory / RUN_NAME, new_run(
+    write_atomic(directory / files.PLAN, canonical_json(plan), mode=0o400, durable=False)
+    write_atomic(directory / files.SCRIPT, render_script(plan, ctx).encode(), mode=0o500, durable=False)
+    write_atomic(directory / files.RUN_RECORD, new_run(
         run_id=ctx.attempt_id, num_shards=count, max_concurrent=_array(plan).max_concurrent,
         shards=[shard_id(ctx.attempt_id, i, count) for i in range(count)], plan_digest=ctx.plan_digest,
         bundle_digest=ctx.bundle_digest, bundle_dir=ctx.bundle_dir, job_name=ctx.job_name, staged_at=clock.wall(),
@@ -120,18 +118,16 @@ def _write_run(directory: Path, plan: Plan, ctx: ScriptContext, clock: Clock) ->
 
 
 def _stage_shard(attempts: Path, plan_file: Path, ctx: ScriptContext, index: int, plan: Plan, clock: Clock) -> Path:
-    from dd_slurm.bundle.stage import BUNDLE_LINK, RESULTS_DIR
-
     count = plan.job.shards
     name = shard_id(ctx.attempt_id, index, count)
     tmp, final = attempts / f".tmp-{name}", attempts / name
     tmp.mkdir(mode=0o700)
     try:
-        for sub in (LOG_DIR, RESULTS_DIR):
+        for sub in (files.LOGS_DIR, files.RESULTS_DIR):
             (tmp / sub).mkdir(mode=0o700)
-        os.symlink(os.path.relpath(ctx.bundle_dir, attempts / name), tmp / BUNDLE_LINK)
-        os.link(plan_file, tmp / PLAN_NAME)  # the run's read-only plan: one copy, digest-checked by each shard
-        fd = os.open(tmp / RECORD_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.symlink(os.path.relpath(ctx.bundle_dir, attempts / name), tmp / files.BUNDLE_LINK)
+        os.link(plan_file, tmp / files.PLAN)  # the run's read-only plan: one copy, digest-checked by each shard
+        fd = os.open(tmp / files.RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as record:  # the dir is private until renamed: no temp file needed
             record.write(new_record(
                 attempt_id=name, plan_digest=ctx.plan_digest, bundle_digest=ctx.bundle_digest,
@@ -160,7 +156,7 @@ def submit_run_dir(run_dir: Path, commands: Any, clock: Clock, forward: Mapping[
                                "submit the plan again for a new run")
         record["submit_started_at"] = started = clock.wall()
     try:
-        done = commands.submit(Path(run_dir) / SCRIPT_NAME, record["job_name"], forward, since=started)
+        done = commands.submit(Path(run_dir) / files.SCRIPT, record["job_name"], forward, since=started)
     except Exception as err:
         with update_run(run_dir) as fresh:
             fresh.update(submit_error=str(err), submit_started_at=None)
@@ -180,7 +176,7 @@ def submit_staged_run(run_dir: str, workspace: str, commands: Any, clock: Clock,
     directory = Path(run_dir).resolve()
     if directory.parent != (workspace_path(workspace) / RUNS_DIR).resolve():
         raise InvalidInput(f"{run_dir}: not a run of workspace {workspace}")
-    names = forwarded_names(load_plan(directory / PLAN_NAME))
+    names = forwarded_names(load_plan(directory / files.PLAN))
     missing = [name for name in names if name not in environ]
     if missing:
         raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
@@ -222,11 +218,11 @@ def shard_of(record: Mapping[str, Any], environ: Mapping[str, str],
         return 0, 1
     index, count = shard.get("index") if isinstance(shard, dict) else None, (shard or {}).get("count")
     if type(index) is not int or type(count) is not int or not 0 <= index < count:
-        raise AttemptDirError(f"{RECORD_NAME}: shard {shard!r} is not an index below its count")
+        raise AttemptDirError(f"{files.RECORD}: shard {shard!r} is not an index below its count")
     if expected and (shard.get("run_id"), index) != expected:
-        raise AttemptDirError(f"{RECORD_NAME}: shard {shard!r} is not shard {expected[1]} of run {expected[0]}")
+        raise AttemptDirError(f"{files.RECORD}: shard {shard!r} is not shard {expected[1]} of run {expected[0]}")
     task = environ.get("SLURM_ARRAY_TASK_ID")
     if task is not None and task != str(index):
-        raise AttemptDirError(f"{RECORD_NAME}: shard {index}, but this is array task {task}")
+        raise AttemptDirError(f"{files.RECORD}: shard {index}, but this is array task {task}")
     return index, count
 

@@ -9,15 +9,16 @@ from typing import Any
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput
 from dd_slurm.scheduler.commands import SlurmCommands
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.attempt_record import update_record
 
 
 def claim(attempt_dir: Path, clock: Clock) -> dict[str, Any]:
     """Mark the attempt as being submitted, under the record's lock, so that two `submit`s of one
     dir cannot both reach sbatch. An attempt already submitted (or being submitted) is refused."""
-    from dd_slurm.machine.journal import JOURNAL_NAME, current_state, read_journal
+    from dd_slurm.machine.journal import current_state, read_journal
 
-    state = current_state(read_journal(attempt_dir / JOURNAL_NAME), "staged")
+    state = current_state(read_journal(attempt_dir / files.JOURNAL), "staged")
     with update_record(attempt_dir) as record:
         if record.get("job_id"):
             raise InvalidInput(f"{attempt_dir}: already submitted as job {record['job_id']}; "
@@ -31,25 +32,24 @@ def claim(attempt_dir: Path, clock: Clock) -> dict[str, Any]:
 
 def submit_staged(attempt_dir: str, workspace: str, commands: SlurmCommands, clock: Clock,
                   environ: Mapping[str, str]) -> dict[str, Any]:
-    from dd_slurm.bundle.stage import SCRIPT_NAME, workspace_path
+    from dd_slurm.bundle.stage import workspace_path
     from dd_slurm.plan import load_plan
     from dd_slurm.scheduler.render import forwarded_names
-    from dd_slurm.store.view import PLAN_NAME
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory = checked_dir(attempt_dir).resolve()
     if directory.parent != (workspace_path(workspace) / "attempts").resolve():
         raise InvalidInput(f"{attempt_dir}: not an attempt of workspace {workspace}")
-    if not (directory / SCRIPT_NAME).is_file():
-        raise AttemptDirError(f"{attempt_dir}: no {SCRIPT_NAME} (not staged by dd-slurm?)")
-    names = forwarded_names(load_plan(directory / PLAN_NAME))
+    if not (directory / files.SCRIPT).is_file():
+        raise AttemptDirError(f"{attempt_dir}: no {files.SCRIPT} (not staged by dd-slurm?)")
+    names = forwarded_names(load_plan(directory / files.PLAN))
     missing = [name for name in names if name not in environ]
     if missing:
         raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
     record = claim(directory, clock)
     started = record.get("submit_started_at") or clock.wall()
     try:
-        done = commands.submit(directory / SCRIPT_NAME, record["job_name"], {n: environ[n] for n in names},
+        done = commands.submit(directory / files.SCRIPT, record["job_name"], {n: environ[n] for n in names},
                                since=started)
     except Exception as err:
         from dd_slurm.errors import SubmissionUnknown

@@ -19,7 +19,8 @@ from typing import Any, Optional
 
 import attrs
 
-TIMELINE_NAME = "timeline.md"
+from dd_slurm.store import attempt_files as files
+
 PHASES = {"preflight": "preflight", "deploying": "deploying", "ready": "ready", "client": "client",
           "finalize": "finalize", "cleanup": "cleanup"}
 
@@ -197,12 +198,12 @@ def markdown(tl: Timeline) -> str:
 
 
 def load(attempt_dir: Path) -> Timeline:
-    from dd_slurm.machine.journal import JOURNAL_NAME, read_journal
-    from dd_slurm.store.view import PLAN_NAME, PROCESSES_NAME, READINESS_NAME, RECORD_NAME, SUPERVISOR_NAME, read_json
+    from dd_slurm.machine.journal import read_journal
+    from dd_slurm.store.view import read_json
 
     d = Path(attempt_dir)
-    return build(d.name, read_json(d / RECORD_NAME), read_journal(d / JOURNAL_NAME), read_json(d / READINESS_NAME),
-                 read_json(d / PROCESSES_NAME), read_json(d / SUPERVISOR_NAME), read_json(d / PLAN_NAME))
+    return build(d.name, read_json(d / files.RECORD), read_journal(d / files.JOURNAL), read_json(d / files.READINESS),
+                 read_json(d / files.PROCESSES), read_json(d / files.SUPERVISOR), read_json(d / files.PLAN))
 
 
 def write_timeline(attempt_dir: Path) -> Optional[Path]:
@@ -212,7 +213,7 @@ def write_timeline(attempt_dir: Path) -> Optional[Path]:
     from dd_slurm.store.atomic import write_atomic
 
     try:
-        path = Path(attempt_dir) / TIMELINE_NAME
+        path = Path(attempt_dir) / files.TIMELINE
         write_atomic(path, markdown(load(attempt_dir)).encode())
         return path
     except (OSError, DdSlurmError):

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from dd_slurm.errors import AttemptDirError
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, sync_filesystem, write_atomic
-from dd_slurm.store.attempt_record import RECORD_NAME, update_record
+from dd_slurm.store.attempt_record import update_record
 from dd_slurm.store.run_record import shard_submission
 
-JOURNAL_NAME = "journal.jsonl"
 CACHE_NAME = ".list-cache.json"
 ROW_KEYS = ("id", "run", "shard", "state", "outcome", "reason", "job_id", "job_state", "effective", "since")
 _FROM_SCHEDULER = {"cancelled": "cancelled", "preempted": "cancelled", "timeout": "timed_out",
@@ -77,12 +77,12 @@ def journal_summary(path: Path) -> tuple[str, Optional[str], Optional[str]]:
 def read_entry(directory: Path, runs: Optional[dict[str, dict]] = None) -> Entry:
     """Journal summary plus the attempt record (a shard's job id comes from its run; `runs`
     caches run records); a malformed file raises AttemptDirError naming it."""
-    state, outcome, reason = journal_summary(directory / JOURNAL_NAME)
-    path = directory / RECORD_NAME
+    state, outcome, reason = journal_summary(directory / files.JOURNAL)
+    path = directory / files.RECORD
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
-        raise AttemptDirError(f"{directory}: no {RECORD_NAME} (not staged by dd-slurm?)") from None
+        raise AttemptDirError(f"{directory}: no {files.RECORD} (not staged by dd-slurm?)") from None
     except (OSError, ValueError) as err:
         raise AttemptDirError(f"{path}: unreadable attempt record ({err})") from None
     if not isinstance(record, dict):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dd_slurm.cli import main
+from dd_slurm.console import main  # the console script, as a user runs it
 from tests.runtime.harness import plan_data, stage_plan
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -31,7 +31,9 @@ def template(tmp_path_factory) -> Path:
     (attempt / "attempt.json").write_text(json.dumps(record))
     (attempt / "journal.jsonl").write_text(json.dumps({"kind": "transition", "from": "staged", "to": "verified",
                                                        "trigger": "verify", "seq": 0, "ts": 1.0, "time": "t"}) + "\n")
-    (attempt / "cleanup.json").write_text(json.dumps({"verdict": "clean", "runs": 1, "processes": [], "problems": []}))
+    (attempt / "cleanup.json").write_text(json.dumps({  # a whole report: inspect reads it back as its typed record
+        "verdict": "clean", "runs": 1, "outcome": "succeeded", "reason": "ok", "processes": [], "problems": [],
+        "leftovers_found": [], "leftovers_killed": [], "leftovers_after": [], "methods": {}, "finished": True}))
     return attempt
 
 

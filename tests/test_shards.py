@@ -14,8 +14,9 @@ from dd_slurm.errors import AttemptDirError
 from dd_slurm.plan import parse_plan
 from dd_slurm.scheduler.parse import expand_tasks
 from dd_slurm.shards import array_spec, select_shard, shard_of, stage_run
+from dd_slurm.store.attempt_files import RUN_RECORD
 from dd_slurm.store.attempt_record import read_record
-from dd_slurm.store.run_record import RUN_NAME, read_run, shard_id
+from dd_slurm.store.run_record import read_run, shard_id
 from dd_slurm.testing.fake_slurm.arrays import indices, output_path
 from dd_slurm.testing.sbatch_directives import read_directives
 from tests.runtime.harness import plan_data
@@ -86,7 +87,7 @@ def test_a_tampered_run_record_is_refused(tmp_path, field: str) -> None:
     """The run record is read back validated: shard ids must be exactly this run's, so a task can
     only ever reach its own shard."""
     staged = stage_run(parse_plan(json.dumps(sharded(3))), tmp_path / "ws", FakeClock())
-    path = staged.run_dir / RUN_NAME
+    path = staged.run_dir / RUN_RECORD
     bad = dict(_tampered(json.loads(path.read_text())))[field]
     path.write_text(json.dumps(bad))
     with pytest.raises(AttemptDirError):

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dd_slurm.timeline import TIMELINE_NAME, build, load, markdown, mermaid, table, write_timeline
+from dd_slurm.store.attempt_files import TIMELINE
+from dd_slurm.timeline import build, load, markdown, mermaid, table, write_timeline
 from tests.conftest import FIXTURES
 
 CASES = sorted(p.name for p in (FIXTURES / "timeline").iterdir())
@@ -69,7 +70,7 @@ def test_write_timeline_writes_markdown_and_never_raises(tmp_path) -> None:
     attempt = tmp_path / "demo-succeeded"
     shutil.copytree(FIXTURES / "timeline" / "demo-succeeded", attempt)
     path = write_timeline(attempt)
-    assert (attempt / TIMELINE_NAME, markdown(load(attempt))) == (path, path.read_text())
+    assert (attempt / TIMELINE, markdown(load(attempt))) == (path, path.read_text())
     assert "```mermaid\ngantt\n" in path.read_text()
     assert write_timeline(tmp_path / "missing") is None
 

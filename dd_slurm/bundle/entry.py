@@ -25,12 +25,16 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 MANIFEST_NAME = "manifest.json"
+# Attempt-dir names for the refusal record, before anything of the bundle may be imported (the
+# same as store/attempt_files' names; a unit test compares them).
+ATTEMPT_FILES = {"JOURNAL": "journal.jsonl", "SUPERVISOR_LOCK": "supervisor.lock", "CLEANUP": "cleanup.json"}
 FORMAT = 2
 EXIT_UNVERIFIED = 4
 # What the short on-node commands (_step, _probe, _identity, _scan) import from the bundle: all they
 # verify, all they may import. The long-lived gateway (_gateway) verifies the whole bundle, as `run` does.
 NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.stepexec", "dd_slurm.runtime.leftover_scan",
-                "dd_slurm.runtime.listeners", "dd_slurm.fields", "dd_slurm.store", "dd_slurm.store.atomic")
+                "dd_slurm.runtime.listeners", "dd_slurm.fields", "dd_slurm.store", "dd_slurm.store.atomic",
+                "dd_slurm.store.attempt_files")
 GATEWAY_COMMAND = "_gateway"
 _HEX = frozenset("0123456789abcdef")
 
@@ -133,7 +137,8 @@ def _record_refusal(attempt_dir: str, problem: str) -> None:
     import time
     from datetime import datetime, timezone
 
-    journal, lock = os.path.join(attempt_dir, "journal.jsonl"), os.path.join(attempt_dir, "supervisor.lock")
+    journal = os.path.join(attempt_dir, ATTEMPT_FILES["JOURNAL"])
+    lock = os.path.join(attempt_dir, ATTEMPT_FILES["SUPERVISOR_LOCK"])
     if os.path.exists(journal):
         return
     try:
@@ -151,7 +156,7 @@ def _record_refusal(attempt_dir: str, problem: str) -> None:
                   "leftovers_found": [], "leftovers_killed": [], "leftovers_after": [], "methods": {},
                   "notes": ["the bundle failed verification: nothing of it ran and nothing was started"],
                   "verdict": "clean", "seconds": 0.0, "finished": True}
-        _write(os.path.join(attempt_dir, "cleanup.json"), json.dumps(report, indent=1, sort_keys=True) + "\n")
+        _write(os.path.join(attempt_dir, ATTEMPT_FILES["CLEANUP"]), json.dumps(report, indent=1, sort_keys=True) + "\n")
         _write(journal, "".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     finally:
         os.close(fd)

@@ -25,14 +25,10 @@ from dd_slurm.clock import Clock
 from dd_slurm.errors import InvalidInput
 from dd_slurm.fields import control_char
 from dd_slurm.plan import Plan, canonical_json, plan_digest
-from dd_slurm.scheduler.render import LOG_DIR, ScriptContext, render_script
+from dd_slurm.scheduler.render import ScriptContext, render_script
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
-from dd_slurm.store.attempt_record import RECORD_NAME, new_record
-from dd_slurm.store.view import PLAN_NAME
-
-SCRIPT_NAME = "job.sbatch"
-BUNDLE_LINK = "bundle"  # {attempt_dir}/bundle -> ../../bundles/<digest>, for plans that run bundle files
-RESULTS_DIR = "results"
+from dd_slurm.store.attempt_record import new_record
 
 
 @attrs.frozen
@@ -132,16 +128,16 @@ def stage(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional[str
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    return Staged(attempt_id, final, bundle_dir, bundle_digest, ctx.plan_digest, ctx.job_name, final / SCRIPT_NAME)
+    return Staged(attempt_id, final, bundle_dir, bundle_digest, ctx.plan_digest, ctx.job_name, final / files.SCRIPT)
 
 
 def _write_attempt(directory: Path, plan: Plan, ctx: ScriptContext, clock: Clock) -> None:
-    for sub in (LOG_DIR, RESULTS_DIR):
+    for sub in (files.LOGS_DIR, files.RESULTS_DIR):
         (directory / sub).mkdir(mode=0o700)
-    os.symlink(os.path.relpath(ctx.bundle_dir, directory.parent / ctx.attempt_id), directory / BUNDLE_LINK)
-    write_atomic(directory / PLAN_NAME, canonical_json(plan), mode=0o400)
-    write_atomic(directory / SCRIPT_NAME, render_script(plan, ctx).encode(), mode=0o500)
-    write_atomic(directory / RECORD_NAME, new_record(
+    os.symlink(os.path.relpath(ctx.bundle_dir, directory.parent / ctx.attempt_id), directory / files.BUNDLE_LINK)
+    write_atomic(directory / files.PLAN, canonical_json(plan), mode=0o400)
+    write_atomic(directory / files.SCRIPT, render_script(plan, ctx).encode(), mode=0o500)
+    write_atomic(directory / files.RECORD, new_record(
         attempt_id=ctx.attempt_id, plan_digest=ctx.plan_digest, bundle_digest=ctx.bundle_digest,
         bundle_dir=ctx.bundle_dir, job_name=ctx.job_name, staged_at=clock.wall(),
         reconcile_deadline_s=plan.runtime.reconcile_deadline_s,

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from dd_slurm.store import attempt_files as files
+
 SCHEMA = 1
 IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -21,7 +23,7 @@ TOP_KEYS = {"schema", "listen", "aliases", "queue_limit", "queue_timeout_s", "st
             "state_path", "stats_path", "retry_after_s", "connect_timeout_s"}
 
 
-CONFIG_NAME, STATE_NAME, STATS_NAME = "gateway.json", "gateway-state.json", "gateway-stats.json"
+CONFIG_NAME, STATE_NAME, STATS_NAME = files.GATEWAY_CONFIG, files.GATEWAY_STATE, files.GATEWAY_STATS
 
 
 class ConfigError(ValueError):

@@ -8,16 +8,15 @@ from typing import Any, Optional
 
 from dd_slurm.clock import Clock, iso
 from dd_slurm.errors import AttemptDirError
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_atomic
-
-JOURNAL_NAME = "journal.jsonl"
 
 
 class Journal:
     """One writer per attempt. Readers in other processes see whole files only."""
 
     def __init__(self, attempt_dir: Path, clock: Clock) -> None:
-        self.path = Path(attempt_dir) / JOURNAL_NAME
+        self.path = Path(attempt_dir) / files.JOURNAL
         self._clock = clock
         self._lines: list[bytes] = [json.dumps(e, sort_keys=True).encode() for e in read_journal(self.path)]
 

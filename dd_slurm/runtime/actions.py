@@ -11,14 +11,15 @@ from dd_slurm.runtime import gateway_step, verify
 from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.context import Allocation
-from dd_slurm.runtime.endpoints import ENDPOINTS_NAME, endpoint_map, publish
+from dd_slurm.runtime.endpoints import endpoint_map, publish
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import exit_reason, published_port
-from dd_slurm.runtime.results import MANIFEST_NAME, validate_result
+from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.session import NotPrepared, Session
 from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
 
@@ -50,7 +51,7 @@ class RuntimeActions:
         alloc = Allocation.from_environ(s.ambient)
         verify.check_gpu_shape(plan, alloc)
         verify.check_hosts(alloc.nodes)
-        verify.check_paths(s.workspace, s.dir, s.results_dir, s.dir / "logs")
+        verify.check_paths(s.workspace, s.dir, s.results_dir, s.dir / files.LOGS_DIR)
         p = s.prepare()
         s.gate.check()
         request, passed = s.write_probe_request()
@@ -76,7 +77,7 @@ class RuntimeActions:
         limit = self.s.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
         code = self._wait_exit("preflight", self.s.clock.monotonic() + limit, "preflight_timeout")
         if code != 0:
-            raise AttemptFailure("preflight_failed", f"client preflight exited {code}; see logs/preflight.log")
+            raise AttemptFailure("preflight_failed", f"client preflight exited {code}; see {files.log_ref('preflight')}")
         return True
 
     def launch_deployments(self) -> None:
@@ -140,7 +141,7 @@ class RuntimeActions:
             self.gateway_base = gateway_step.served_base(self.s.dir, runner.started(gateway_step.GATEWAY_STEP))
             if self.gateway_base is None and self.s.clock.monotonic() > deadline:
                 raise AttemptFailure("gateway_failed", f"the gateway did not serve within "
-                                     f"{gateway_step.START_TIMEOUT_S:g}s; see logs/{gateway_step.GATEWAY_STEP}.log")
+                                     f"{gateway_step.START_TIMEOUT_S:g}s; see {files.log_ref(gateway_step.GATEWAY_STEP)}")
             if self.gateway_base is None:
                 self.s.clock.sleep(EXIT_POLL_S)
         return True
@@ -160,13 +161,13 @@ class RuntimeActions:
         code = self._wait_exit("client", self.client_deadline, "client_timeout")
         if code != 0:
             self._gateway_ended(wait_s=SETTLE_S)  # a stalled replica ends the gateway, then the client's requests
-            raise AttemptFailure("client_failed", f"client exited {code}; see logs/client.log")
+            raise AttemptFailure("client_failed", f"client exited {code}; see {files.log_ref('client')}")
         return True
 
     # finalize -> cleanup
     def results_valid(self) -> bool:
         manifest = validate_result(self.s.results_dir, self.s.prepared.plan.client.result)
-        write_json_atomic(self.s.dir / MANIFEST_NAME, manifest)
+        write_json_atomic(self.s.dir / files.RESULT_MANIFEST, manifest)
         return True
 
     def run_cleanup(self, outcome: str, reason: str) -> None:
@@ -175,8 +176,9 @@ class RuntimeActions:
         phases = [["client", "preflight"], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
         grace = s.cleanup_grace_s(default=10.0)
         nodes = p.alloc.nodes if p is not None else ()
-        Cleanup(s.dir, s.table, p.runner if p is not None else None, s.clock, grace, nodes, s.attempt_id,
-                s.signal_steps, self._finish_readiness, budget_for(s, reason, grace)).run(phases, outcome, reason)
+        Cleanup(attempt_dir=s.dir, table=s.table, runner=p.runner if p is not None else None, clock=s.clock,
+                grace_s=grace, nodes=nodes, attempt_id=s.attempt_id, signal_steps=s.signal_steps,
+                finish_readiness=self._finish_readiness, budget=budget_for(s, reason, grace)).run(phases, outcome, reason)
 
     # helpers
     def _start(self, spec: StepSpec) -> None:
@@ -195,7 +197,7 @@ class RuntimeActions:
         """endpoints.json from what is known now; with `gateway_base` set, each alias's `url` is
         the gateway's (endpoints.logical_url)."""
         p = self.s.prepared
-        publish(self.s.dir / ENDPOINTS_NAME,
+        publish(self.s.dir / files.ENDPOINTS,
                 endpoint_map(p.plan, p.placement, self.replica_urls(), state, self.gateway_base))
 
     def _healthy(self, waiting: list[Placed], pool: Executor) -> list[Placed]:
@@ -252,7 +254,7 @@ class RuntimeActions:
 
     def ensure_readiness(self) -> Readiness:
         if self._readiness is None:
-            self._readiness = Readiness(self.s.dir, self.s.attempt_id, self.s.readiness_entries())
+            self._readiness = Readiness.new(self.s.dir, self.s.attempt_id, self.s.readiness_entries())
         return self._readiness
 
     @property
@@ -263,10 +265,11 @@ class RuntimeActions:
         return self._readiness
 
     def _finish_readiness(self) -> None:
-        if self._readiness is not None:
-            self._readiness.finish()
+        readiness = self._readiness or Readiness.left_by_earlier_run(self.s.dir)
+        if readiness is not None:
+            readiness.finish()
         p = self.s.prepared_if_any
-        if p is not None and p.placement and (self.s.dir / ENDPOINTS_NAME).exists():
+        if p is not None and p.placement and (self.s.dir / files.ENDPOINTS).exists():
             self.publish("withdrawn")
 
     def _wait_exit(self, name: str, deadline: Optional[float], timeout_reason: str) -> int:
@@ -295,7 +298,7 @@ class RuntimeActions:
         code = self.s.table.procs[spec.name].exit_code
         reason = exit_reason(self.s.prepared.runner.started(spec.name), spec, self.readiness.state(spec.unit) == "ready")
         self.readiness.move(spec.unit, "failed", detail=f"{spec.name} exited {code}")
-        raise AttemptFailure(reason, f"{spec.name} exited {code}; see logs/{spec.name}.log")
+        raise AttemptFailure(reason, f"{spec.name} exited {code}; see {files.log_ref(spec.name)}")
 
     def _gateway_ended(self, wait_s: float = 0.0) -> None:
         """Raise the gateway's failure if it has exited (waiting up to `wait_s` for it to)."""

@@ -8,65 +8,94 @@ a report is on disk from the start (marked unfinished) and rewritten at the end.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
+import attrs
+
 from dd_slurm.clock import Clock
+from dd_slurm.errors import AttemptDirError
 from dd_slurm.runtime.budget import STOP_ALLOWANCE_S, Budget
 from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.leftover_scan import record_trees, scan_node
 from dd_slurm.runtime.processes import ProcessTable
-from dd_slurm.store.atomic import write_json_atomic
+from dd_slurm.store import attempt_files as files
+from dd_slurm.store.cleanup_report import (
+    CleanupReport,
+    Killed,
+    Leftover,
+    ProcessEnd,
+    RemoteStep,
+    ReportDraft,
+    read_report,
+    write_report,
+)
 
-CLEANUP_NAME = "cleanup.json"
 KILL_WAIT_S = 3.0
 SCAN_S = 30.0
 AFTER_GRACE_S = 2.0  # of the budget kept back from the grace: SIGKILL, the scan, the report
 _JOB_ENDING = re.compile(r"has expired|Expired or invalid job|already completing|Job/step already|Invalid job id")
 
 
+def leftover(found: dict, node: str) -> Leftover:
+    """One process of a node's scan answer, as the report records it."""
+    return Leftover(pid=found["pid"], node=node, start_time=found["start_time"], role=found["role"],
+                    cmdline=found["cmdline"], seen_by=tuple(found["seen_by"]))
+
+
+def _default_budget(cleanup: Cleanup) -> Budget:
+    return Budget(cleanup.clock.monotonic() + cleanup.grace_s + STOP_ALLOWANCE_S, cleanup.grace_s + STOP_ALLOWANCE_S,
+                  "default: grace + allowance")
+
+
+@attrs.frozen(kw_only=True, eq=False)
 class Cleanup:
-    def __init__(self, attempt_dir: Path, table: ProcessTable, runner: Optional[StepRunner], clock: Clock,
-                 grace_s: float, nodes: tuple[str, ...], attempt_id: str,
-                 signal_step: Callable[..., object], finish_readiness: Callable[[], None],
-                 budget: Optional[Budget] = None) -> None:
-        self.path = Path(attempt_dir) / CLEANUP_NAME
-        self.dir = Path(attempt_dir)
-        self.table, self.runner, self.clock, self.grace_s = table, runner, clock, grace_s
-        self.nodes, self.attempt_id = nodes, attempt_id
-        self.signal_step, self.finish_readiness = signal_step, finish_readiness
-        self.budget = budget or Budget(clock.monotonic() + grace_s + STOP_ALLOWANCE_S, grace_s + STOP_ALLOWANCE_S,
-                                       "default: grace + allowance")
+    """One cleanup of one attempt. `runner` is None and `nodes` empty when preparation never
+    built them: what this process started is still stopped, and this node scanned."""
+
+    dir: Path = attrs.field(alias="attempt_dir", converter=Path)
+    table: ProcessTable
+    runner: Optional[StepRunner]
+    clock: Clock
+    grace_s: float
+    nodes: tuple[str, ...]
+    attempt_id: str
+    signal_steps: Callable[..., object]
+    finish_readiness: Callable[[], None]
+    budget: Budget = attrs.field(default=attrs.Factory(_default_budget, takes_self=True))
+
+    @property
+    def path(self) -> Path:
+        return self.dir / files.CLEANUP
 
     def left(self) -> float:
         return self.budget.left(self.clock.monotonic())
 
-    def run(self, phases: list[list[str]], outcome: str, reason: str) -> dict:
+    def run(self, phases: list[list[str]], outcome: str, reason: str) -> CleanupReport:
         started = self.clock.monotonic()
-        report = {"runs": self._previous_runs() + 1, "outcome": outcome, "reason": reason, "processes": [],
-                  "leftovers_found": [], "leftovers_killed": [], "leftovers_after": [], "problems": [],
-                  "methods": {}, "budget_s": self.budget.seconds, "budget_basis": self.budget.basis,
-                  "finished": False, "verdict": "unfinished"}
-        self._guarded(report, "cleanup report", lambda: write_json_atomic(self.path, report))
+        report = ReportDraft(runs=self._previous_runs() + 1, outcome=outcome, reason=reason,
+                             budget_s=self.budget.seconds, budget_basis=self.budget.basis)
+        self._guarded(report, "cleanup report", functools.partial(self._write, report))
         before = {name: self.table.poll(name) for name in self.table.procs}
-        self._guarded(report, "recording process trees", lambda: self._record(report))
+        self._guarded(report, "recording process trees", functools.partial(self._record, report))
         for phase in phases:
             self._guarded(report, f"stopping {', '.join(phase)}", functools.partial(self._stop, phase, report))
-        self._guarded(report, "leftover scan", lambda: self._scan(report))
+        self._guarded(report, "leftover scan", functools.partial(self._scan, report))
         self._guarded(report, "readiness record", self.finish_readiness)
-        self._guarded(report, "process report", lambda: report.__setitem__(
-            "processes", [self._describe(name, before.get(name)) for name in self.table.procs]))
-        report["seconds"] = round(self.clock.monotonic() - started, 3)
-        report["finished"] = True
-        report["verdict"] = "clean" if not report["leftovers_after"] and not report["problems"] else "attention"
-        self._guarded(report, "cleanup report", lambda: write_json_atomic(self.path, report))
-        return report
+        self._guarded(report, "process report", functools.partial(self._describe_all, report, before))
+        report.seconds = round(self.clock.monotonic() - started, 3)
+        report.finished = True
+        report.verdict = "clean" if not report.leftovers_after and not report.problems else "attention"
+        self._guarded(report, "cleanup report", functools.partial(self._write, report))
+        return report.freeze()
 
-    def _stop(self, names: list[str], report: dict) -> None:
+    def _write(self, report: ReportDraft) -> None:
+        write_report(self.path, report.freeze())
+
+    def _stop(self, names: list[str], report: ReportDraft) -> None:
         """SIGTERM through Slurm to every step's task at once, in one scancel (srun itself would
         SIGKILL it); wait out the grace (what the budget allows of it), then SIGKILL what is left,
         again all at once. A scancel that fails or does not answer in time falls back to signalling
@@ -77,15 +106,15 @@ class Cleanup:
         self._guarded(report, f"SIGTERM to {', '.join(live)}", lambda: self._term(live))
         grace = max(0.0, min(self.grace_s, self.left() - AFTER_GRACE_S))
         if grace < self.grace_s:
-            report.setdefault("notes", []).append(f"grace cut to {grace:.1f}s by the cleanup budget")
+            report.notes.append(f"grace cut to {grace:.1f}s by the cleanup budget")
         left = self.table.wait_all(live, self.clock.monotonic() + grace)
         if left:
             self._guarded(report, f"SIGKILL to {', '.join(left)}", lambda: self._kill(left))
 
     def _signal(self, names: list[str], signal_name: str) -> set[str]:
-        """The names signalled through Slurm (`signal_step(names, signal, timeout_s)` answers them;
+        """The names signalled through Slurm (`signal_steps(names, signal, timeout_s)` answers them;
         anything else is none), within what is left of the budget."""
-        found = self.signal_step(names, signal_name, timeout_s=max(0.1, self.left() - 0.5))
+        found = self.signal_steps(names, signal_name, timeout_s=max(0.1, self.left() - 0.5))
         return set(found) if isinstance(found, (list, tuple, set)) else set()
 
     def _kill(self, names: list[str]) -> None:
@@ -103,7 +132,7 @@ class Cleanup:
                 self.table.signal_group(name, signal.SIGTERM)
             self.table.procs[name].stop = "sigterm"
 
-    def _record(self, report: dict) -> None:
+    def _record(self, report: ReportDraft) -> None:
         """Before anything is stopped: each node records its steps' process trees and sessions,
         which the leftover scan uses once the steps are gone."""
         if not any(self.table.poll(n) is None for n in self.table.procs):
@@ -115,10 +144,9 @@ class Cleanup:
                                                               "--record"], "scan-record", min(10.0, self.left() / 4))
         if problem:
             record_trees(str(self.dir))  # at least this node's, without Slurm
-            report.setdefault("notes", []).append("process trees recorded on the batch node only: "
-                                                  + problem[:200])
+            report.notes.append("process trees recorded on the batch node only: " + problem[:200])
 
-    def _scan(self, report: dict) -> None:
+    def _scan(self, report: ReportDraft) -> None:
         if self.runner is None or not self.nodes:
             answers, problem = self._scan_here(report, "no allocation to scan through"), None
         else:
@@ -129,34 +157,37 @@ class Cleanup:
                                               f"{', '.join(self.nodes)}; the batch node was scanned directly")
             problem = None
         if problem:
-            report["problems"].append(problem)
+            report.problems.append(problem)
         for node, answer in sorted(answers.items()):
-            report["methods"][node] = answer.get("methods", {"environment": "ran"})
-            report["leftovers_found"] += [{**p, "node": node} for p in answer["found"]]
-            report["leftovers_killed"] += [{"pid": pid, "node": node} for pid in answer["killed"]]
+            report.methods[node] = answer.get("methods", {"environment": "ran"})
+            report.leftovers_found += [leftover(p, node) for p in answer["found"]]
+            report.leftovers_killed += [Killed(pid=pid, node=node) for pid in answer["killed"]]
         if self.runner is not None and answers and any(a["found"] for a in answers.values()):
             self.clock.sleep(0.2)  # without a runner, _scan_here has already looked again
             after, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--dir", str(self.dir)],
                                                   "scan-verify", max(0.5, min(SCAN_S, self.left() - 0.5)))
-            report["leftovers_after"] = [{**p, "node": n} for n, a in sorted(after.items()) for p in a["found"]]
+            report.leftovers_after = [leftover(p, n) for n, a in sorted(after.items()) for p in a["found"]]
             if problem:
-                report["problems"].append(problem)
+                report.problems.append(problem)
         missing = sorted(set(self.nodes) - set(answers))
-        if missing and not report.get("notes"):
-            report["problems"].append(f"nodes that did not answer the leftover scan: {', '.join(missing)}")
+        if missing and not report.notes:
+            report.problems.append(f"nodes that did not answer the leftover scan: {', '.join(missing)}")
 
-    def _scan_here(self, report: dict, note: str) -> dict[str, dict]:
+    def _scan_here(self, report: ReportDraft, note: str) -> dict[str, dict]:
         """Scan (and clear) the node this supervisor runs on, without Slurm."""
-        report.setdefault("notes", []).append(note)
+        report.notes.append(note)
         answer = scan_node(self.attempt_id, True, str(self.dir))
-        report["methods"][answer["node"]] = answer["methods"]
+        report.methods[answer["node"]] = answer["methods"]
         if answer["found"]:
             self.clock.sleep(0.2)
-            report["leftovers_after"] += [{**p, "node": answer["node"]}
-                                          for p in scan_node(self.attempt_id, False, str(self.dir))["found"]]
+            report.leftovers_after += [leftover(p, answer["node"])
+                                       for p in scan_node(self.attempt_id, False, str(self.dir))["found"]]
         return {answer["node"]: answer}
 
-    def _describe(self, name: str, before: Optional[int]) -> dict:
+    def _describe_all(self, report: ReportDraft, before: dict[str, Optional[int]]) -> None:
+        report.processes = [self._describe(name, before.get(name)) for name in self.table.procs]
+
+    def _describe(self, name: str, before: Optional[int]) -> ProcessEnd:
         tracked = self.table.procs[name]
         remote = self.runner.started(name) if self.runner else None
         if before is not None:
@@ -167,18 +198,20 @@ class Cleanup:
             how = f"stopped by SIGTERM (exit {tracked.exit_code})"
         else:
             how = f"exited {tracked.exit_code}"
-        return {"name": name, "how": how, "exit_code": tracked.exit_code, "pid": tracked.pid, "node": tracked.node,
-                "remote": {k: remote.get(k) for k in ("node", "pid", "step_id")} if remote else None}
+        return ProcessEnd(name=name, how=how, exit_code=tracked.exit_code, pid=tracked.pid, node=tracked.node,
+                          remote=RemoteStep(node=remote.get("node"), pid=remote.get("pid"),
+                                            step_id=remote.get("step_id")) if remote else None)
 
     def _previous_runs(self) -> int:
         try:
-            return int(json.loads(self.path.read_text()).get("runs", 0))
-        except (OSError, ValueError):
+            previous = read_report(self.path)
+        except AttemptDirError:
             return 0
+        return previous.runs if previous is not None else 0
 
     @staticmethod
-    def _guarded(report: dict, what: str, action: Callable[[], object]) -> None:
+    def _guarded(report: ReportDraft, what: str, action: Callable[[], object]) -> None:
         try:
             action()
         except Exception as err:
-            report["problems"].append(f"{what}: {type(err).__name__}: {err}")
+            report.problems.append(f"{what}: {type(err).__name__}: {err}")

@@ -18,7 +18,6 @@ from dd_slurm.plan import Plan
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.store.atomic import write_json_atomic
 
-ENDPOINTS_NAME = "endpoints.json"
 SCHEMA = 2
 
 

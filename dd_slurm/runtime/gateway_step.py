@@ -1,7 +1,7 @@
 """The attempt's gateway as one more step: its config from the ready replicas, its spec (started
 by the one step runner on the client's node, loopback only), the URL it serves read back validated
 from its state file, and what its exit means for the attempt. The gateway's own modules are
-imported when first needed (the gateway starts while the servers load), not at supervisor start."""
+imported when first needed (when the gateway starts, at `ready`), not at supervisor start."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan import Plan
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_atomic
 
 GATEWAY_STEP = "gateway"
@@ -28,7 +29,7 @@ def _literal(text: str) -> str:
 def write_config(plan: Plan, placement: tuple[Placed, ...], urls: dict[str, str], attempt_dir: Path) -> Path:
     """gateway.json: every alias with the base URL and in-flight cap of each of its replicas. The
     key's value is not in it: the gateway reads it from the variable the client's key uses."""
-    from dd_slurm.gateway.config import CONFIG_NAME, dump, for_attempt
+    from dd_slurm.gateway.config import dump, for_attempt
 
     aliases = {d.name: d.model_alias for d in plan.deployments}
     models: dict[str, list[dict]] = {}
@@ -37,7 +38,7 @@ def write_config(plan: Plan, placement: tuple[Placed, ...], urls: dict[str, str]
             {"deployment": unit.deployment, "replica": unit.replica, "base_url": urls[unit.name]})
     config = for_attempt(str(attempt_dir), models, {d.name: d.max_inflight for d in plan.deployments},
                          plan.gateway, plan.client.env.api_key_var)
-    path = attempt_dir / CONFIG_NAME
+    path = attempt_dir / files.GATEWAY_CONFIG
     write_atomic(path, dump(config))
     return path
 
@@ -55,10 +56,8 @@ def gateway_spec(plan: Plan, node: str, layout: Layout, interpreter: list[str], 
 def served_base(attempt_dir: Path, started: Optional[dict]) -> Optional[str]:
     """`http://127.0.0.1:PORT` once the gateway this supervisor started says it serves; None
     before. A state file from another process, or of the wrong shape, is not believed."""
-    from dd_slurm.gateway.config import STATE_NAME
-
     try:
-        state = json.loads((attempt_dir / STATE_NAME).read_text())
+        state = json.loads((attempt_dir / files.GATEWAY_STATE).read_text())
     except (OSError, ValueError):
         return None
     if not (isinstance(state, dict) and state.get("state") == "serving" and started and
@@ -78,10 +77,8 @@ def exit_failure(attempt_dir: Path, code: int) -> AttemptFailure:
 
 
 def _stalled_detail(attempt_dir: Path) -> str:
-    from dd_slurm.gateway.config import STATE_NAME
-
     try:
-        stalled = json.loads((attempt_dir / STATE_NAME).read_text()).get("stalled") or []
+        stalled = json.loads((attempt_dir / files.GATEWAY_STATE).read_text()).get("stalled") or []
         first = stalled[0]
         return (f"replica {first['name']} ({first['base_url']}) sent no response byte for {first['silent_s']:.0f}s "
                 f"with {first['inflight']} request(s) in flight")

@@ -9,33 +9,48 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
 
+import attrs
+
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.processes import ProcessTable, Tracked
 from dd_slurm.runtime.steps import StepSpec, node_command_argv, srun_argv
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 
 
+def env_copy(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of the caller's environment mapping, never shared with it."""
+    return dict(env)
+
+
+@attrs.frozen(kw_only=True, eq=False)
 class StepRunner:
-    def __init__(self, table: ProcessTable, clock: Clock, attempt_dir: Path, srun: str, job_id: str,
-                 interpreter: list[str], entry: str, srun_env: Mapping[str, str]) -> None:
-        self.table, self.clock, self.dir = table, clock, Path(attempt_dir)
-        self.srun, self.job_id, self.interpreter, self.entry = srun, job_id, interpreter, entry
-        self.srun_env = dict(srun_env)
-        (self.dir / "steps").mkdir(exist_ok=True)
-        self.logs = self.dir / "logs"
+    """Starts steps through `srun` (the process table launches it) for one job's allocation."""
+
+    table: ProcessTable
+    clock: Clock
+    dir: Path = attrs.field(alias="attempt_dir", converter=Path)
+    srun: str
+    job_id: str
+    interpreter: list[str]
+    entry: str
+    srun_env: Mapping[str, str] = attrs.field(converter=env_copy)
+
+    def __attrs_post_init__(self) -> None:
+        (self.dir / files.STEPS_DIR).mkdir(exist_ok=True)
 
     def start(self, spec: StepSpec, passed: Optional[Mapping[str, str]] = None) -> Tracked:
         """`passed` holds the values of `spec.passed` (forwarded variables, the key): they reach
         srun's environment only, and srun carries them by name to the step."""
-        spec_path = self.dir / "steps" / f"{spec.name}.json"
+        spec_path = files.step_spec(self.dir, spec.name)
         write_json_atomic(spec_path, spec.to_json(), durable=False)  # read by the step moments later, never after a crash
         argv = srun_argv(spec, self.srun, self.job_id, self.interpreter, self.entry, str(spec_path))
         return self.table.spawn(spec.name, argv, {**self.srun_env, **(passed or {}), "DD_SLURM_ROLE": spec.name},
-                                self.logs / f"{spec.name}.log", str(spec_path.with_suffix(".started.json")))
+                                files.step_log(self.dir, spec.name), str(files.step_started(self.dir, spec.name)))
 
     def started(self, name: str) -> Optional[dict]:
         """What the on-node launcher recorded (node, pid, step id), or None if it never ran."""
-        path = self.dir / "steps" / f"{name}.started.json"
+        path = files.step_started(self.dir, name)
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):
@@ -50,7 +65,7 @@ class StepRunner:
                              *(passed or {})])
         argv = node_command_argv(self.srun, self.job_id, nodes, self.interpreter, self.entry, command, name, gres_gpus,
                                  identity)
-        log = self.logs / f"{name}.log"
+        log = files.step_log(self.dir, name)
         log.unlink(missing_ok=True)
         self.table.spawn(name, argv, {**self.srun_env, **(passed or {}), "DD_SLURM_ROLE": role}, log)
         code = self.table.wait(name, self.clock.monotonic() + timeout_s)

@@ -18,7 +18,8 @@ import signal
 from pathlib import Path
 
 from dd_slurm.runtime.stepexec import node_name, start_time
-from dd_slurm.store.atomic import write_json_atomic  # standard library only, like this module
+from dd_slurm.store import attempt_files as files  # standard library only, like this module
+from dd_slurm.store.atomic import write_json_atomic
 
 SKIP_ROLES = {"supervisor", "scan"}
 
@@ -89,7 +90,7 @@ def _descendants(roots: set[int], table: dict[int, dict]) -> set[int]:
 def _my_steps(attempt_dir: str, node: str) -> list[dict]:
     """What the on-node launcher recorded for this node's steps (validated: read back from disk)."""
     found = []
-    for path in sorted(Path(attempt_dir, "steps").glob("*.started.json")):
+    for path in sorted(Path(attempt_dir, files.STEPS_DIR).glob(f"*{files.STARTED_SUFFIX}")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -109,13 +110,13 @@ def record_trees(attempt_dir: str) -> dict:
     sessions = [{"sid": table[s["pid"]]["sid"], "pgid": table[s["pid"]]["pgid"], "since": s["start_time"]} for s in live]
     record = {"node": node, "tree": [{"pid": p, "start_time": table[p]["start_time"]} for p in sorted(members)],
               "sessions": sessions}
-    write_json_atomic(Path(attempt_dir, "steps", f"tree-{node}.json"), record)
+    write_json_atomic(files.tree_record(attempt_dir, node), record)
     return {"node": node, "recorded": len(record["tree"])}
 
 
 def _recorded(attempt_dir: str, node: str) -> dict:
     try:
-        record = json.loads(Path(attempt_dir, "steps", f"tree-{node}.json").read_text())
+        record = json.loads(files.tree_record(attempt_dir, node).read_text())
         tree = [(int(p["pid"]), int(p["start_time"])) for p in record["tree"]]
         sessions = [(int(s["sid"]), int(s["pgid"]), int(s["since"])) for s in record["sessions"]]
         return {"tree": tree, "sessions": sessions}

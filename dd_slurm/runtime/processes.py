@@ -15,9 +15,8 @@ import attrs
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
-
-PROCESSES_NAME = "processes.json"
 
 
 @attrs.define
@@ -43,7 +42,7 @@ class Tracked:
 
 class ProcessTable:
     def __init__(self, attempt_dir: Path, clock: Clock) -> None:
-        self.path = Path(attempt_dir) / PROCESSES_NAME
+        self.path = Path(attempt_dir) / files.PROCESSES
         self.clock = clock
         self.procs: dict[str, Tracked] = {}
         self._encoded: dict[str, tuple[dict, bytes]] = {}  # each entry and its JSON, re-encoded when it changes

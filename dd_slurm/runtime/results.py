@@ -12,9 +12,6 @@ from typing import Optional
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan import Result
 
-MANIFEST_NAME = "result-manifest.json"
-
-
 BLOCK = 1 << 20
 
 

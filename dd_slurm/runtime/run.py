@@ -20,10 +20,9 @@ from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import start_time
 from dd_slurm.runtime.supervision import Holder, SupervisionRefused, SupervisorLock, job_live_via
 from dd_slurm.scheduler.commands import SlurmCommands
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.timeline import write_timeline
-
-SUPERVISOR_NAME = "supervisor.json"
 
 # Where `advance --until` may stop: no process of the attempt runs in these states.
 SAFE_STOPS = tuple(s for s in T.UNTIL_STATES if s not in T.LIVE_STATES)
@@ -65,7 +64,8 @@ def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: 
 def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str],
                environ: Mapping[str, str], clock: Clock, gate: SignalGate, commands: SlurmCommands,
                verified_bundle: Optional[tuple[str, str]] = None) -> Attempt:
-    session = Session(Path(attempt_dir), bundle_digest, plan_digest, environ, clock, gate, commands)
+    session = Session(attempt_dir=Path(attempt_dir), bundle_digest=bundle_digest, plan_digest=plan_digest,
+                      environ=environ, clock=clock, gate=gate, commands=commands)
     session.job_facts = JobFacts(environ, commands.bounded(10.0), environ.get("SLURM_JOB_ID", ""),
                                  FACTS_DELAY_S)
     write_supervisor_record(session.dir, "running")
@@ -107,7 +107,7 @@ def peak_rss_kib() -> Optional[int]:
 
 
 def write_supervisor_record(attempt_dir: Path, state: str) -> None:
-    write_json_atomic(attempt_dir / SUPERVISOR_NAME, {
+    write_json_atomic(attempt_dir / files.SUPERVISOR, {
         "pid": os.getpid(), "state": state, "started_at": process_started_wall(os.getpid()),
         "peak_rss_kib": peak_rss_kib(), "python": sys.version.split()[0], "cpu_s": cpu_seconds()})
 

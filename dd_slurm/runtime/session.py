@@ -19,14 +19,14 @@ from dd_slurm.errors import DdSlurmError, VerificationError
 from dd_slurm.plan import Deployment, Plan
 from dd_slurm.runtime import verify
 from dd_slurm.runtime.context import Allocation
-from dd_slurm.runtime.endpoints import ENDPOINTS_NAME
-from dd_slurm.runtime.launch import StepRunner
+from dd_slurm.runtime.launch import StepRunner, env_copy
 from dd_slurm.runtime.placement import Placed, place_replicas
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps
 from dd_slurm.scheduler.render import interpreter
 from dd_slurm.shards import shard_of
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.attempt_record import read_record
 
@@ -54,31 +54,54 @@ class NotPrepared(RuntimeError):
     """A session's prepared values were used before `Session.prepare()` built them."""
 
 
+def _resolved(path: str | Path) -> Path:
+    return Path(path).resolve()
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)  # no repr: it holds the attempt key and forwarded values
 class Session:
-    def __init__(self, attempt_dir: Path, bundle_digest: str, plan_digest: str, environ: Mapping[str, str],
-                 clock: Clock, gate: SignalGate, commands: SlurmCommands) -> None:
-        self.dir = Path(attempt_dir).resolve()
-        self.attempt_id = self.dir.name
-        self.workspace = self.dir.parent.parent
-        self.bundle_digest, self.plan_digest = bundle_digest, plan_digest
+    """One runtime process's view of its attempt; `prepare()` builds the rest once."""
+
+    dir: Path = attrs.field(alias="attempt_dir", converter=_resolved)
+    bundle_digest: str
+    plan_digest: str
+    ambient: dict[str, str] = attrs.field(alias="environ", converter=env_copy)
+    clock: Clock
+    gate: SignalGate
+    commands: SlurmCommands
+    job_facts: Optional[JobFacts] = None  # set by run.py; cleanup's budget reads it
+    api_key: str = attrs.field(init=False, factory=lambda: secrets.token_urlsafe(32))  # environments only
+    bundle_dir: Path = attrs.field(init=False)
+    shard: tuple[int, int] = attrs.field(init=False)  # (index, count), validated; (0, 1) unless a shard
+    table: ProcessTable = attrs.field(init=False)
+    layout: Layout = attrs.field(init=False)
+    _plan: Optional[Plan] = attrs.field(init=False, default=None)  # kept even when preparation fails later
+    _prepared: Optional[Prepared] = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
         record = read_record(self.dir)
         self.bundle_dir = Path(record["bundle_dir"])
-        self.shard = shard_of(record, environ)  # (index, count), validated; (0, 1) unless a shard
-        self.results_dir = self.dir / "results"
-        self.ambient = dict(environ)
-        self.clock, self.gate, self.commands = clock, gate, commands
-        self.table = ProcessTable(self.dir, clock)
-        self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / ENDPOINTS_NAME), str(self.results_dir),
+        self.shard = shard_of(record, self.ambient)
+        self.table = ProcessTable(self.dir, self.clock)
+        self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / files.ENDPOINTS), str(self.results_dir),
                              *self.shard)
-        self.api_key = secrets.token_urlsafe(32)  # this supervisor's attempt key: environments only
-        self.job_facts: Optional[JobFacts] = None  # set by run.py; cleanup's budget reads it
-        self._plan: Optional[Plan] = None  # the checked plan, kept even when preparation fails later
-        self._prepared: Optional[Prepared] = None
+
+    @property
+    def attempt_id(self) -> str:
+        return self.dir.name
+
+    @property
+    def workspace(self) -> Path:
+        return self.dir.parent.parent
+
+    @property
+    def results_dir(self) -> Path:
+        return self.dir / files.RESULTS_DIR
 
     def checked_plan(self) -> Plan:
         """The plan, digest-checked on first use and then read from memory."""
         if self._plan is None:
-            self._plan = verify.check_plan(self.dir / "plan.json", self.plan_digest)
+            self._plan = verify.check_plan(self.dir / files.PLAN, self.plan_digest)
         return self._plan
 
     def prepare(self) -> Prepared:
@@ -89,9 +112,10 @@ class Session:
             alloc = Allocation.from_environ(self.ambient)
             placement = place_replicas(plan, alloc.nodes, alloc.gpus_per_node)
             specs = self._replica_specs(plan, placement)
-            runner = StepRunner(self.table, self.clock, self.dir, self.srun(), alloc.job_id,
-                                interpreter(plan.runtime.python, entry_sha256(), self.bundle_digest),
-                                str(self.bundle_dir / "entry.py"), self.srun_env())
+            runner = StepRunner(table=self.table, clock=self.clock, attempt_dir=self.dir, srun=self.srun(),
+                                job_id=alloc.job_id,
+                                interpreter=interpreter(plan.runtime.python, entry_sha256(), self.bundle_digest),
+                                entry=str(self.bundle_dir / "entry.py"), srun_env=self.srun_env())
             self._prepared = Prepared(plan=plan, alloc=alloc, placement=placement, specs=specs, runner=runner)
         return self._prepared
 
@@ -170,7 +194,7 @@ class Session:
             if path is None and "PATH" in spec.passed:
                 passed["PATH"] = self.ambient["PATH"]
             entry["executables"].append({"program": spec.program(), "path": path})
-        request = self.dir / "steps" / "probe-request.json"
+        request = files.probe_request(self.dir)
         request.parent.mkdir(exist_ok=True)
         write_json_atomic(request, {"nodes": nodes}, durable=False)  # read by the probe moments later
         return request, passed

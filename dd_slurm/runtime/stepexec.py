@@ -8,7 +8,8 @@ import json
 import os
 import sys
 
-from dd_slurm.store.atomic import write_json_atomic  # standard library only, like this module
+from dd_slurm.store import attempt_files as files  # standard library only, like this module
+from dd_slurm.store.atomic import write_json_atomic
 
 # Every step of an allocation imports this module before its program starts, so it imports little:
 # no pathlib or shutil, and socket only where a socket is made (`_socket` resolves names).
@@ -133,7 +134,7 @@ def run_step(spec_path: str) -> int:
     program, argv, noted, problem = launch_plan(spec, env, record["node"], node_address())
     kind, error = ("gpu_shape", gpu_problem) if gpu_problem else problem or (None, None)
     record.update(noted, error=error, error_kind=kind)
-    write_json_atomic(os.path.splitext(spec_path)[0] + ".started.json", record, durable=False)  # read while the step runs
+    write_json_atomic(files.started_of(spec_path), record, durable=False)  # read while the step runs
     if record["error"]:
         print(f"dd-slurm step {spec['name']}: {record['error']}", file=sys.stderr, flush=True)
         return EXIT_GPU_SHAPE if gpu_problem else EXIT_NOT_FOUND

@@ -24,9 +24,8 @@ import attrs
 
 from dd_slurm.errors import InvalidInput
 from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.store import attempt_files as files
 
-LOCK_NAME = "supervisor.lock"
-TAKEOVER_NAME = "supervisor.lock.takeover"
 TAKEOVER_STALE_S = 30.0
 HOLDER_FIELDS = ("command", "job_id", "step_id", "node", "host", "boot_id", "pid", "start_time", "since")
 
@@ -104,7 +103,7 @@ class SupervisorLock:
     `job_live(job_id)` answers True, False, or None (unknown) for a holder on another machine."""
 
     def __init__(self, attempt_dir: Path, me: Holder, job_live: Callable[[str], Optional[bool]]) -> None:
-        self.path = Path(attempt_dir) / LOCK_NAME
+        self.path = Path(attempt_dir) / files.SUPERVISOR_LOCK
         self.me, self.job_live = me, job_live
         self.fd: Optional[int] = None
 
@@ -180,7 +179,7 @@ class SupervisorLock:
 
     def _take_over(self, stale: Holder) -> None:
         """Replace a lock whose holder is certainly gone; one taker at a time (O_EXCL again)."""
-        takeover = self.path.with_name(TAKEOVER_NAME)
+        takeover = self.path.with_name(files.SUPERVISOR_TAKEOVER)
         try:
             fd = os.open(takeover, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
@@ -193,7 +192,7 @@ class SupervisorLock:
             if check >= 0:
                 os.close(check)
             if holder == stale:
-                aside = self.path.with_name(f"{LOCK_NAME}.stale-{os.getpid()}-{secrets.token_hex(3)}")
+                aside = self.path.with_name(f"{files.SUPERVISOR_LOCK}.stale-{os.getpid()}-{secrets.token_hex(3)}")
                 os.rename(self.path, aside)
                 aside.unlink()
         finally:

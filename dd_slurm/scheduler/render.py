@@ -14,9 +14,9 @@ import attrs
 from dd_slurm.errors import RenderError
 from dd_slurm.fields import control_char
 from dd_slurm.plan import Plan
+from dd_slurm.store import attempt_files as files
 
 ENTRY_NAME = "entry.py"
-LOG_DIR = "logs"
 
 
 @attrs.frozen
@@ -62,7 +62,7 @@ def directives(plan: Plan, ctx: ScriptContext) -> list[tuple[str, Optional[str]]
         pairs.append(("--signal", f"B:USR1@{job.pre_timeout_signal_s}"))
     if ctx.array is not None:
         pairs.append(("--array", ctx.array))
-    log = ctx.log_pattern or f"{ctx.attempt_dir.replace('%', '%%')}/{LOG_DIR}/batch-%j.out"  # %% is Slurm's literal %
+    log = ctx.log_pattern or f"{ctx.attempt_dir.replace('%', '%%')}/{files.LOGS_DIR}/{files.BATCH_LOG}"  # %% is Slurm's literal %
     pairs += [("--output", log), ("--error", log), ("--export", export_list(ctx, forwarded_names(plan))),
               ("--no-requeue", None)]
     return pairs

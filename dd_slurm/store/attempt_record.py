@@ -21,21 +21,20 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dd_slurm.errors import AttemptDirError
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
 
-RECORD_NAME = "attempt.json"
-LOCK_NAME = ".attempt.lock"
 MAX_OBSERVATIONS = 50
 JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,7})?\Z", re.ASCII)
 _TIMES = ("submitted_at", "last_seen", "staged_at")
 
 
 def read_record(attempt_dir: str | Path) -> dict[str, Any]:
-    path = Path(attempt_dir) / RECORD_NAME
+    path = Path(attempt_dir) / files.RECORD
     try:
         record = json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise AttemptDirError(f"{attempt_dir}: no {RECORD_NAME} (not staged by dd-slurm?)") from None
+        raise AttemptDirError(f"{attempt_dir}: no {files.RECORD} (not staged by dd-slurm?)") from None
     except (OSError, ValueError, RecursionError) as err:
         raise AttemptDirError(f"{path}: unreadable attempt record ({_short(err)})") from None
     record = checked_record(record, path)
@@ -47,7 +46,7 @@ def read_record(attempt_dir: str | Path) -> dict[str, Any]:
     return record
 
 
-def checked_record(record: Any, path: Path | str = RECORD_NAME) -> dict[str, Any]:
+def checked_record(record: Any, path: Path | str = files.RECORD) -> dict[str, Any]:
     """The record if it has the shape dd-slurm writes; AttemptDirError naming the field otherwise."""
     if not isinstance(record, dict):
         raise AttemptDirError(f"{path}: not an attempt record (a JSON object was expected)")
@@ -87,12 +86,12 @@ def _short(err: BaseException) -> str:
 def update_record(attempt_dir: Path, durable: bool = True) -> Iterator[dict[str, Any]]:
     """Yield the record for editing; written back atomically only if the block succeeds.
     `durable=False`: no fsync, for callers updating many records that end with one sync."""
-    with open(Path(attempt_dir) / LOCK_NAME, "a") as lock:
+    with open(Path(attempt_dir) / files.RECORD_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = read_record(attempt_dir)
         yield record
         record["observations"] = record.get("observations", [])[-MAX_OBSERVATIONS:]
-        write_atomic(Path(attempt_dir) / RECORD_NAME, dump_json(record), durable=durable)
+        write_atomic(Path(attempt_dir) / files.RECORD, dump_json(record), durable=durable)
 
 
 def add_observation(record: dict[str, Any], now: float, observation: dict[str, Any]) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dd_slurm.errors import DdSlurmError
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 
-READINESS_NAME = "readiness.json"
 SCHEMA = 2
 MOVES = {
     "pending": {"starting", "failed", "stopped"},
@@ -39,17 +39,32 @@ class ReadinessError(DdSlurmError):
 
 
 class Readiness:
-    def __init__(self, attempt_dir: Path, attempt_id: str, deployments: dict[str, dict[str, Any]]) -> None:
-        self.path = Path(attempt_dir) / READINESS_NAME
-        self.record: dict[str, Any] = {
+    def __init__(self, path: Path, record: dict[str, Any]) -> None:
+        self.path, self.record = path, record
+        self._held = 0  # inside batch(): writes wait for its end
+        self._dirty = False
+
+    @classmethod
+    def new(cls, attempt_dir: Path, attempt_id: str, deployments: dict[str, dict[str, Any]]) -> Readiness:
+        """The attempt's first readiness record, written: every replica pending, nothing published."""
+        readiness = cls(Path(attempt_dir) / files.READINESS, {
             "schema": SCHEMA, "attempt_id": attempt_id, "endpoints": "unpublished",
             "deployments": {name: {"state": "pending", "expected": 1, "ready": [], "deadline": None,
                                    "last_probe": None, "detail": None, **info}
                             for name, info in deployments.items()},
-        }
-        self._held = 0  # inside batch(): writes wait for its end
-        self._dirty = False
-        self._write()
+        })
+        readiness._write()
+        return readiness
+
+    @classmethod
+    def left_by_earlier_run(cls, attempt_dir: Path) -> Optional[Readiness]:
+        """The record an earlier supervisor of this attempt wrote (a resumed attempt's cleanup
+        finishes it); None when there is none. A record that does not validate raises."""
+        from dd_slurm.store.view import read_readiness
+
+        path = Path(attempt_dir) / files.READINESS
+        record = read_readiness(path)
+        return None if record is None else cls(path, record)
 
     @contextmanager
     def batch(self) -> Iterator[None]:

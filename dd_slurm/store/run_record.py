@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from dd_slurm.errors import AttemptDirError
+from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
 
-RUN_NAME = "run.json"
 RUNS_DIR = "runs"
-LOCK_NAME = ".run.lock"
 _JOB_ID = re.compile(r"\d+\Z")
 
 
@@ -34,15 +33,15 @@ def shard_id(run_id: str, index: int, count: int) -> str:
 
 
 def is_run_dir(path: str | Path) -> bool:
-    return (Path(path) / RUN_NAME).is_file()
+    return (Path(path) / files.RUN_RECORD).is_file()
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / RUN_NAME
+    path = Path(run_dir) / files.RUN_RECORD
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
-        raise AttemptDirError(f"{run_dir}: no {RUN_NAME} (not a run of shards)") from None
+        raise AttemptDirError(f"{run_dir}: no {files.RUN_RECORD} (not a run of shards)") from None
     except (OSError, ValueError) as err:
         raise AttemptDirError(f"{path}: unreadable run record ({err})") from None
     problem = _problem(record, Path(run_dir).name)
@@ -69,11 +68,11 @@ def _problem(record: Any, dir_name: str) -> str | None:
 @contextmanager
 def update_run(run_dir: Path) -> Iterator[dict[str, Any]]:
     """Yield the record for editing; written back atomically only if the block succeeds."""
-    with open(Path(run_dir) / LOCK_NAME, "a") as lock:
+    with open(Path(run_dir) / files.RUN_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = read_run(run_dir)
         yield record
-        write_atomic(Path(run_dir) / RUN_NAME, dump_json(record))
+        write_atomic(Path(run_dir) / files.RUN_RECORD, dump_json(record))
 
 
 def new_run(**fields: Any) -> bytes:

@@ -8,17 +8,8 @@ from typing import Any, Optional
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.machine import table as T
-from dd_slurm.machine.journal import JOURNAL_NAME, current_state, final_entry, read_journal
-
-PLAN_NAME = "plan.json"
-READINESS_NAME = "readiness.json"
-ENDPOINTS_NAME = "endpoints.json"
-CLEANUP_NAME = "cleanup.json"
-PROCESSES_NAME = "processes.json"
-RECORD_NAME = "attempt.json"
-MANIFEST_NAME = "result-manifest.json"
-SUPERVISOR_NAME = "supervisor.json"
-GATEWAY_STATS_NAME = "gateway-stats.json"
+from dd_slurm.machine.journal import current_state, final_entry, read_journal
+from dd_slurm.store import attempt_files as files
 
 
 def attempt_dir(path: str | Path, runs: bool = False) -> Path:
@@ -28,9 +19,9 @@ def attempt_dir(path: str | Path, runs: bool = False) -> Path:
         raise AttemptDirError(f"{str(path)[:80]!r}: not an attempt directory (a path cannot hold a NUL byte)")
     if not directory.is_dir():
         raise AttemptDirError(f"{path}: not an attempt directory (it does not exist)")
-    if not (directory / PLAN_NAME).is_file():
-        raise AttemptDirError(f"{path}: not an attempt directory (no {PLAN_NAME})")
-    if not runs and (directory / "run.json").is_file():
+    if not (directory / files.PLAN).is_file():
+        raise AttemptDirError(f"{path}: not an attempt directory (no {files.PLAN})")
+    if not runs and (directory / files.RUN_RECORD).is_file():
         raise AttemptDirError(f"{path}: a run of shards, not one attempt (status and cancel take it; "
                               "otherwise name a shard: dd-slurm list)")
     return directory
@@ -53,20 +44,11 @@ def read_json(path: Path, expect: type | tuple[type, ...] = dict) -> Optional[An
 
 
 def read_cleanup(path: Path) -> Optional[dict[str, Any]]:
-    """cleanup.json as the cleanup writes it: verdict text, runs a count, lists of objects/text."""
-    report = read_json(path)
-    if report is None:
-        return None
-    shapes = {"processes": dict, "problems": str, "leftovers_found": dict, "leftovers_killed": dict,
-              "leftovers_after": dict}
-    for key, item in shapes.items():
-        value = report.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, item) for v in value):
-            raise AttemptDirError(f"{path}: {key} must be a list of {item.__name__} values")
-    if not isinstance(report.get("verdict", ""), str) or isinstance(report.get("runs", 1), bool) \
-            or not isinstance(report.get("runs", 1), int):
-        raise AttemptDirError(f"{path}: verdict must be text and runs a count")
-    return report
+    """cleanup.json read back as its typed record (validated: see store/cleanup_report), in its JSON form."""
+    from dd_slurm.store.cleanup_report import read_report, report_json
+
+    report = read_report(path)
+    return report_json(report) if report is not None else None
 
 
 def read_readiness(path: Path) -> Optional[dict[str, Any]]:
@@ -103,7 +85,7 @@ def checked_journal(path: Path) -> list[dict[str, Any]]:
 
 
 def attempt_summary(directory: Path) -> dict[str, Any]:
-    entries = checked_journal(directory / JOURNAL_NAME)
+    entries = checked_journal(directory / files.JOURNAL)
     state = current_state(entries, T.INITIAL)
     end = final_entry(entries) if state == T.TERMINAL else None
     return {
@@ -118,19 +100,19 @@ def attempt_summary(directory: Path) -> dict[str, Any]:
 def inspect_attempt(directory: Path) -> dict[str, Any]:
     """A superset of `status --json`, read from disk only: `scheduler` is the last persisted
     observation (no scheduler call)."""
-    entries = checked_journal(directory / JOURNAL_NAME)
-    record = read_json(directory / RECORD_NAME)
+    entries = checked_journal(directory / files.JOURNAL)
+    record = read_json(directory / files.RECORD)
     observations = (record or {}).get("observations") or []
     last = {k: v for k, v in observations[-1].items() if k != "time"} if observations else None
     return {
         "attempt": attempt_summary(directory),
         "scheduler": last,
         "history": entries,
-        "readiness": read_readiness(directory / READINESS_NAME),
-        "endpoints": read_json(directory / ENDPOINTS_NAME),
-        "processes": read_json(directory / PROCESSES_NAME, (dict, list)),
-        "cleanup": read_cleanup(directory / CLEANUP_NAME),
-        "result": read_json(directory / MANIFEST_NAME),
-        "gateway": read_json(directory / GATEWAY_STATS_NAME),
+        "readiness": read_readiness(directory / files.READINESS),
+        "endpoints": read_json(directory / files.ENDPOINTS),
+        "processes": read_json(directory / files.PROCESSES, (dict, list)),
+        "cleanup": read_cleanup(directory / files.CLEANUP),
+        "result": read_json(directory / files.RESULT_MANIFEST),
+        "gateway": read_json(directory / files.GATEWAY_STATS),
         "record": record,
     }

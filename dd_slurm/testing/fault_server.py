@@ -18,6 +18,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+SUPERVISOR_RECORD = "supervisor.json"  # run as a script, outside the package: store/attempt_files' SUPERVISOR
+
 
 def escape(pidfile: str) -> None:
     """The classic double fork: the daemon's parent exits at once, so it is orphaned."""
@@ -50,7 +52,7 @@ def main(argv: list[str]) -> int:
         def do_GET(self) -> None:
             ready = time.monotonic() >= ready_at
             if ready and args.signal_on_health and not signalled:
-                pid = json.loads(Path(args.signal_on_health, "supervisor.json").read_text())["pid"]
+                pid = json.loads(Path(args.signal_on_health, SUPERVISOR_RECORD).read_text())["pid"]
                 os.kill(pid, signal.SIGTERM)
                 signalled.append(pid)
                 time.sleep(0.2)  # the supervisor has the signal before it reads this answer

@@ -13,6 +13,7 @@ from typing import Optional
 import attrs
 
 from dd_slurm.machine.journal import current_state, read_journal
+from dd_slurm.store.cleanup_report import read_report
 from dd_slurm.store.readiness import is_terminal, validate_record
 
 
@@ -125,9 +126,10 @@ def check_cell_aftermath(attempt_dir: Path, cell: Cell, leftovers: list) -> None
     if readiness_path.exists():
         readiness = json.loads(readiness_path.read_text())
         assert ([], True) == (validate_record(readiness), is_terminal(readiness)), readiness
-    report = json.loads((attempt_dir / "cleanup.json").read_text())
+    report = read_report(attempt_dir / "cleanup.json")  # validated: the typed record reads what cleanup wrote
     tracked = json.loads((attempt_dir / "processes.json").read_text())["processes"]
-    assert {p["name"] for p in tracked} == {p["name"] for p in report["processes"]}
+    assert report is not None, attempt_dir
+    assert {p["name"] for p in tracked} == {p.name for p in report.processes}
     assert all(p["exit_code"] is not None for p in json.loads((attempt_dir / "processes.json").read_text())["processes"])
     assert [] == leftovers, leftovers
     if cell.fault == "sigterm_during_cleanup":

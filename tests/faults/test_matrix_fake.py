@@ -3,7 +3,6 @@ process; signals are real; the fake srun runs steps on this machine."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.store.cleanup_report import read_report
 from tests.faults.matrix import CELLS, Cell, check_cell_aftermath, wait_for_state
 from tests.runtime.harness import NODES, allocation_env, no_leftovers, plan_data, stage_plan, supervisor_argv
 
@@ -76,14 +76,16 @@ def test_cleanup_called_twice_does_nothing_new(tmp_path, fake_slurm) -> None:
     nothing and counts its run."""
     cell = next(c for c in CELLS if c.fault == "client_hangs")
     staged, _code, _ = run_cell(tmp_path, fake_slurm, cell)
-    first = json.loads((staged.attempt_dir / "cleanup.json").read_text())
-    stopped = sorted(p["name"] for p in first["processes"] if "SIG" in p["how"])
+    first = read_report(staged.attempt_dir / "cleanup.json")
+    assert first is not None
+    stopped = sorted(p.name for p in first.processes if "SIG" in p.how)
     assert ["client", "deploy-small-0", "gateway"] == stopped
     signalled = []
     table = ProcessTable(staged.attempt_dir, Clock())
-    again = Cleanup(staged.attempt_dir, table, None, Clock(), 1.0, (), staged.attempt_id,
-                    lambda name, sig, timeout_s=None: signalled.append((name, sig)) or False, lambda: None
-                    ).run([["client"], ["gateway"], ["deploy-small-0"]], "failed", "again")
-    assert (first["runs"] + 1, "clean", [], [], []) == (
-        again["runs"], again["verdict"], again["leftovers_found"], again["leftovers_killed"], signalled)
-    assert ["no allocation to scan through"] == again["notes"]
+    again = Cleanup(attempt_dir=staged.attempt_dir, table=table, runner=None, clock=Clock(), grace_s=1.0, nodes=(),
+                    attempt_id=staged.attempt_id,
+                    signal_steps=lambda names, sig, timeout_s=None: signalled.append((names, sig)) or [],
+                    finish_readiness=lambda: None).run([["client"], ["gateway"], ["deploy-small-0"]], "failed", "again")
+    assert (first.runs + 1, "clean", (), (), []) == (
+        again.runs, again.verdict, again.leftovers_found, again.leftovers_killed, signalled)
+    assert ("no allocation to scan through",) == again.notes

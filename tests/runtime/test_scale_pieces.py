@@ -38,7 +38,7 @@ def test_signal_steps_is_one_scancel_for_all_and_refuses_what_is_not_a_step_id(f
 def test_readiness_batch_writes_the_record_once_and_also_when_it_raises(tmp_path) -> None:
     """Moves inside batch() reach the file at its end, all together; a batch left by an error
     still writes what changed before it."""
-    readiness = Readiness(tmp_path, "a1", {f"r-{k}": {"deployment": "r", "replica": k} for k in range(3)})
+    readiness = Readiness.new(tmp_path, "a1", {f"r-{k}": {"deployment": "r", "replica": k} for k in range(3)})
     with readiness.batch():
         for k in range(3):
             readiness.move(f"r-{k}", "starting")

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from dd_slurm.runtime.supervision import LOCK_NAME, Holder, SupervisionRefused, SupervisorLock
+from dd_slurm.runtime.supervision import Holder, SupervisionRefused, SupervisorLock
+from dd_slurm.store.attempt_files import SUPERVISOR_LOCK
 from tests.faults.matrix import SLOW_CLIENT, wait_for_state
 from tests.runtime.harness import allocation_env, journal, plan_data, read, stage_plan, supervisor_argv
 from tests.runtime.test_run_fake import HAPPY
@@ -25,7 +26,7 @@ def _holder(**changes) -> Holder:
 
 
 def _lock_file(directory, holder: Holder) -> None:
-    (directory / LOCK_NAME).write_text(json.dumps(holder.to_json()))
+    (directory / SUPERVISOR_LOCK).write_text(json.dumps(holder.to_json()))
 
 
 LIVE_CASES = [  # (holder, what Slurm says of its job, refused?)
@@ -50,18 +51,18 @@ def test_lock_stale_detection(tmp_path, changes, job_live, refused) -> None:
             lock.acquire()
         return
     lock.acquire()
-    assert lock.me == Holder.parse((tmp_path / LOCK_NAME).read_bytes())
+    assert lock.me == Holder.parse((tmp_path / SUPERVISOR_LOCK).read_bytes())
     lock.release()
-    assert not (tmp_path / LOCK_NAME).exists()
+    assert not (tmp_path / SUPERVISOR_LOCK).exists()
 
 
 def test_a_held_flock_is_live_without_asking(tmp_path) -> None:
     """The fast path: a holder that has the lock flocked is live, even if its record looks stale."""
     first = SupervisorLock(tmp_path, Holder.me("run", {"SLURM_JOB_ID": "1"}), lambda job: False)
     first.acquire()
-    data = json.loads((tmp_path / LOCK_NAME).read_text())
+    data = json.loads((tmp_path / SUPERVISOR_LOCK).read_text())
     data.update(host="elsewhere", pid=DEAD_PID)
-    (tmp_path / LOCK_NAME).write_text(json.dumps(data))  # same inode: the flock stays
+    (tmp_path / SUPERVISOR_LOCK).write_text(json.dumps(data))  # same inode: the flock stays
     second = SupervisorLock(tmp_path, Holder.me("advance", {"SLURM_JOB_ID": "1"}), lambda job: False)
     with pytest.raises(SupervisionRefused):
         second.acquire()
@@ -70,7 +71,7 @@ def test_a_held_flock_is_live_without_asking(tmp_path) -> None:
 
 def test_a_malformed_lock_refuses(tmp_path) -> None:
     """A lock file that is not a holder record is not guessed at: refused, one line naming it."""
-    (tmp_path / LOCK_NAME).write_text("{not json")
+    (tmp_path / SUPERVISOR_LOCK).write_text("{not json")
     with pytest.raises(SupervisionRefused, match="not a supervisor lock record"):
         SupervisorLock(tmp_path, Holder.me("run", {}), lambda job: False).acquire()
 
@@ -104,7 +105,7 @@ def test_a_second_supervisor_is_refused_and_the_first_finishes(tmp_path, fake_sl
     assert HAPPY == journal(staged.attempt_dir)
     server = next(p for p in read(staged.attempt_dir, "cleanup.json")["processes"] if p["name"] == "deploy-small-0")
     assert server["how"].startswith("stopped by SIGTERM"), server
-    assert not (staged.attempt_dir / LOCK_NAME).exists()
+    assert not (staged.attempt_dir / SUPERVISOR_LOCK).exists()
 
 
 REFUSALS = [  # (arguments after the attempt dir, in an allocation?, what the one line says)
@@ -140,7 +141,7 @@ def test_a_stale_lock_of_a_killed_supervisor_is_taken_over(tmp_path, fake_slurm)
     wait_for_state(staged.attempt_dir, "client", 60, time.sleep)
     first.kill()
     first.wait()
-    assert (staged.attempt_dir / LOCK_NAME).exists()
+    assert (staged.attempt_dir / SUPERVISOR_LOCK).exists()
     again = subprocess.run(supervisor_argv(staged, data), env=env, capture_output=True, text=True, timeout=60)
     assert 4 == again.returncode, again.stderr
     assert ("client", "cleanup", "supervisor_restarted") == journal(staged.attempt_dir)[-2]

@@ -23,6 +23,7 @@ class Cluster:
     version: str
     bin_dir: str
     net: str  # n1-n3 are net.1-3
+    proctrack: str = "linuxproc"  # its ProctrackType, as versions.tsv gives it
 
     def tool(self, name: str) -> str:
         return f"{self.bin_dir}/{name}"
@@ -47,7 +48,7 @@ def table() -> dict[str, dict[str, str]]:
     for line in (CLUSTER_DIR / "versions.tsv").read_text().splitlines():
         fields = line.split()
         if fields and not fields[0].startswith("#"):
-            rows[fields[0]] = {"root": fields[1], "net": fields[2]}
+            rows[fields[0]] = {"root": fields[1], "net": fields[2], "proctrack": fields[8]}
     return rows
 
 
@@ -93,8 +94,8 @@ def under_test(config) -> list[Cluster]:
                                 f"to skip the real-Slurm tests): {getattr(config, ERROR_KEY)}")
     rows = table()
     found = dict(item.split("=", 1) for item in getattr(config, KEY, "").split())
-    clusters = [Cluster(v, found[v], rows[v]["net"]) for v in rows if v in found]
+    clusters = [Cluster(v, found[v], rows[v]["net"], rows[v]["proctrack"]) for v in rows if v in found]
     if not clusters:  # not looked for (DD_SLURM_TEST_CLUSTER=down): collected, then skipped
         first, row = next(iter(rows.items()))
-        clusters = [Cluster(first, "/usr/bin", row["net"])]
+        clusters = [Cluster(first, "/usr/bin", row["net"], row["proctrack"])]
     return clusters

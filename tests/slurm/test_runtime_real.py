@@ -151,10 +151,11 @@ def test_a_second_supervisor_is_refused_on_the_real_cluster(tmp_path, cluster) -
 
 
 @pytest.mark.timeout(180)
-def test_an_escaped_daemon_is_found_and_killed_on_the_real_cluster(tmp_path) -> None:
+def test_an_escaped_daemon_is_found_and_killed_on_the_real_cluster(tmp_path, cluster) -> None:
     """A server double-forks `setsid env -i sleep 1000`. The launcher made the server a child
     subreaper, so the daemon stays in the step's process tree: it is recorded there before the
-    stop, and dies with its step (Slurm's linuxproc signals the tree) or by the scan; nothing is left."""
+    stop, and dies with its step (Slurm's proctrack signals the tree or the cgroup) or by the scan;
+    nothing is left. The scan's cgroup method ran exactly where Slurm gives steps cgroups."""
     from tests.runtime.test_cleanup_budget import ESCAPING_SERVER, WRITE_THREE, _alive
 
     data = plan_data("single-node")
@@ -172,6 +173,8 @@ def test_an_escaped_daemon_is_found_and_killed_on_the_real_cluster(tmp_path) -> 
         assert (("succeeded", "ok"), False, True) == (outcome(attempt_dir), _alive(pid), pid in recorded)
         assert pid not in found or "process_tree" in found[pid]["seen_by"]
         assert ("clean", "ran") == (report["verdict"], report["methods"][node]["process_tree"])
+        cgroup = report["methods"][node]["cgroup"].split(":")[0]
+        assert ("ran" if cluster.proctrack == "cgroup" else "unavailable") == cgroup, report["methods"][node]
     finally:
         if _alive(pid):
             os.kill(pid, 9)

@@ -1,0 +1,82 @@
+"""The console script's click-free answer for `status [--json] DIR` of a settled attempt: the
+same bytes as the click CLI prints, no click import and no scheduler call; every other shape of
+arguments or state goes to the click CLI, with nothing printed first."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dd_slurm import console
+from dd_slurm.cli import main as cli_main
+from tests.test_control import fake_job, journal_to, staged
+
+SETTLED = [  # how the attempt got where it is: journal states, outcome, reason, sacct's state
+    (("verified", "preflight", "deploying", "ready", "client", "finalize", "cleanup", "done"), "succeeded", "ok",
+     "COMPLETED"),
+    (("verified", "preflight", "deploying", "cleanup", "done"), "failed", "server_crashed", "FAILED"),
+    (("verified", "preflight", "deploying", "ready", "client"), None, None, "CANCELLED"),
+    ((), None, None, "TIMEOUT"),
+]
+
+
+def settled_attempt(tmp_path, fake_slurm, fake_commands, clock, states, outcome, reason, sched):
+    """An attempt whose job sacct has reported ended (one status call persisted that)."""
+    from dd_slurm import control
+
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, *states, outcome=outcome, reason=reason)
+    fake_job(fake_slurm, "1000", state=sched, exit="0:0")
+    assert control.status(attempt, fake_commands, clock)["scheduler"]["source"] == "sacct"
+    return attempt
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize(("states", "outcome", "reason", "sched"), SETTLED, ids=[s[3].lower() for s in SETTLED])
+def test_a_settled_status_is_the_click_clis_answer(tmp_path, fake_slurm, fake_commands, clock, capsys, states,
+                                                   outcome, reason, sched, as_json) -> None:
+    """For each settled attempt, text and JSON: the click-free answer prints exactly what
+    `dd_slurm.cli` prints for the same arguments, and neither calls the scheduler."""
+    attempt = settled_attempt(tmp_path, fake_slurm, fake_commands, clock, states, outcome, reason, sched)
+    args = ["status", *(["--json"] if as_json else []), str(attempt)]
+    calls = len(fake_slurm.calls())
+    cli_main(args)
+    by_click = capsys.readouterr().out
+    answered = console.answered_from_disk(args)
+    assert (True, by_click, calls) == (answered, capsys.readouterr().out, len(fake_slurm.calls()))
+
+
+def test_a_settled_status_never_imports_click(tmp_path, fake_slurm, fake_commands, clock) -> None:
+    """A fresh interpreter answering `status --json DIR` of a settled attempt has not imported
+    click (nor the scheduler client) when it is done, and printed the view."""
+    attempt = settled_attempt(tmp_path, fake_slurm, fake_commands, clock, *SETTLED[0])
+    code = ("import sys; from dd_slurm.console import main; main(['status', '--json', sys.argv[1]]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('click', 'dd_slurm.scheduler'))))")
+    out = subprocess.run([sys.executable, "-c", code, str(attempt)], capture_output=True, text=True, timeout=60)
+    view, imported = out.stdout.rsplit("\n", 2)[0], out.stdout.rsplit("\n", 2)[1]
+    assert ("succeeded", "[]") == (json.loads(view)["effective"]["outcome"], imported), out.stderr
+
+
+def not_settled(tmp_path, fake_slurm, fake_commands, clock) -> list[list[str]]:
+    """Argument lists the click CLI must answer: a live job, a run dir, no such dir, options."""
+    live = staged(tmp_path / "live", "2000")
+    fake_job(fake_slurm, "2000", state="RUNNING")
+    done = settled_attempt(tmp_path / "done", fake_slurm, fake_commands, clock, *SETTLED[0])
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    return [["status", str(live)], ["status", str(run)], ["status", str(tmp_path / "nothing")],
+            ["status", "--watch", str(done)], ["status", str(done), "--interval", "1"], ["status", "--help"],
+            ["status", "--json", "--json", str(done), "x"], ["inspect", str(done)], ["status"], [],
+            ["status", "-", str(done)]]
+
+
+def test_anything_else_is_left_to_the_click_cli(tmp_path, fake_slurm, fake_commands, clock, capsys) -> None:
+    """Every argument list that is not `status [--json] DIR` of a settled attempt gets False and
+    nothing printed, so the click CLI answers it (its errors, its help, its scheduler calls)."""
+    cases = not_settled(tmp_path, fake_slurm, fake_commands, clock)
+    answers = [(case, console.answered_from_disk(case), capsys.readouterr()) for case in cases]
+    assert [(case, False, "", "") for case in cases] == [(c, a, out.out, out.err) for c, a, out in answers]
