@@ -113,7 +113,7 @@ class RuntimeActions:
                     waiting = [u for u in waiting if u.name not in done]
                     self._past_deadline(waiting)
                 if waiting:
-                    s.clock.sleep(min(POLL_S, EXIT_POLL_S * len(waiting)))  # a few replicas: probe often
+                    s.clock.sleep(POLL_S)
         s.gate.check()
         return True
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +21,24 @@ from tests.conftest import PLANS
 NODES = ("127.0.2.1", "127.0.2.2", "127.0.2.3")
 
 
+# Below the kernel's ephemeral range (32768-60999 here): a port from that range, free when asked,
+# can become the source port of any outgoing connection (probes, Slurm RPCs) before the server
+# binds it, and the server then fails with "Address already in use".
+PORTS = range(20000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port no socket on 127.0.0.1 holds now, outside the ephemeral range, chosen at random so
+    that tests running side by side rarely pick the same one."""
+    for _ in range(200):
+        port = random.choice(PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 def plan_data(name: str = "single-node") -> dict:

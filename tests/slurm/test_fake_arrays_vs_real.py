@@ -12,6 +12,7 @@ from dd_slurm.clock import Clock
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.scheduler.observe import LagClock, index_rows, observe
 from dd_slurm.testing.fake_slurm import install
+from tests.slurm.conftest import wait_until
 
 
 def observed(commands: SlurmCommands, job: str) -> list[tuple]:
@@ -38,6 +39,10 @@ def scenario(commands: SlurmCommands, directory: Path, name: str) -> tuple[list[
                       f'#SBATCH --output="{directory}/out-%A_%4a.log"\nsleep 300\n')
     job = commands.submit(script, name).job_id
     running = settle(commands, job, lambda obs: [o[1] for o in obs] == ["running", "running", "pending", "pending"])
+    # RUNNING in the queue comes before the task's batch step starts (under load, seconds before):
+    # cancelled in between, a task ends with no signal. Its output file says its script started.
+    started = [directory / f"out-{job}_{task:04d}.log" for task in (0, 1)]
+    wait_until(lambda: all(path.exists() for path in started), 60, "the two running tasks' batch steps")
     commands.cancel(job)
     ended = settle(commands, job, lambda obs: all(o[1] == "cancelled" and o[3] is not None for o in obs)
                    and all(o[4] == 15 for o in obs[:2]))
