@@ -248,7 +248,15 @@ class RuntimeActions:
             url = f"http://{unit.leader}:{self.ports[unit.name]}/v1"
             self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=self.ports[unit.name])
 
+    def _let_signals_land(self) -> None:
+        """Before calling a server's exit or absence a failure: scancel signals the steps and the
+        batch step at once, so our own signal gets SETTLE_S to land, and then wins."""
+        if not self.s.gate.received:
+            self.s.clock.sleep(SETTLE_S)
+        self.s.gate.check()
+
     def _identity_failed(self, unit: Placed, port: int, detail: str) -> None:
+        self._let_signals_land()  # a server gone between health and the check may be scancel's doing
         self.readiness.move(unit.name, "failed", detail=detail)
         raise AttemptFailure("server_identity", f"{unit.name}: port {port} on {unit.leader}: {detail}")
 
@@ -290,9 +298,7 @@ class RuntimeActions:
         if not [n for n in self.started if self.s.table.poll(n) is not None]:  # polls every step
             self._gateway_ended()
             return
-        if not self.s.gate.received:  # scancel signals steps and batch at once: let ours land
-            self.s.clock.sleep(SETTLE_S)
-        self.s.gate.check()
+        self._let_signals_land()
         exited = [self.started[n] for n in self.started if self.s.table.poll(n) is not None]
         spec = next((step for step in exited if step.rank > 0), exited[0])
         code = self.s.table.procs[spec.name].exit_code
