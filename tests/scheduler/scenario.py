@@ -45,6 +45,11 @@ def observed(commands: SlurmCommands, ids: dict[str, str]) -> dict[str, list[tup
 def run_scenario(commands: SlurmCommands, directory: Path, prefix: str, seconds: float = 60) -> dict[str, list[tuple]]:
     ids = submit_all(commands, directory, prefix)
     wait_for(commands, ids, SETTLED, seconds)
+    # RUNNING in the queue comes before the batch step starts (under load, seconds before): a job
+    # cancelled in between ends with no signal. Its output file says its script started.
+    started, deadline = directory / "cancelled.out", time.monotonic() + seconds
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
     commands.cancel(ids["cancelled"])
     settled = dict(SETTLED, cancelled="cancelled")
     return wait_for(commands, ids, settled, seconds, need_sacct=("completed", "failed", "cancelled"))
