@@ -123,7 +123,7 @@ def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, cl
     now = clock.wall()
     seen = record.get("last_seen") or record.get("submitted_at") or now
     lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0), {job_id: seen})
-    current = observations(commands.query([job_id]), [job_id], lag)[0].to_json()
+    current = observations(commands.query([job_id], record.get("submitted_at")), [job_id], lag)[0].to_json()
     with update_record(attempt_dir) as fresh:
         add_observation(fresh, now, current)
     return current
@@ -168,7 +168,8 @@ def _ended(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Cloc
         now = clock.wall()
         lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0),
                        {record["job_id"]: record.get("last_seen") or record.get("submitted_at") or now})
-        final = observations(commands.query([record["job_id"]]), [record["job_id"]], lag)[0].to_json()
+        final = observations(commands.query([record["job_id"]], record.get("submitted_at")), [record["job_id"]],
+                             lag)[0].to_json()
     if final["terminal"]:
         return f"job {final['job_id']} has ended ({final['state']})"
     return None

@@ -12,6 +12,7 @@ row checked for shape, and a row that does not fit is read from the attempt dir 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -42,6 +43,13 @@ class Entry(NamedTuple):
     @property
     def job_id(self) -> Optional[str]:
         return self.record.get("job_id")
+
+    @property
+    def submitted_at(self) -> Optional[float]:
+        value = self.record.get("submitted_at")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        return None
 
     @property
     def shard(self) -> Optional[dict]:
@@ -126,7 +134,9 @@ def observe_entries(entries: Iterable[Entry], commands: Any, now: float) -> dict
     ids = list(asking)
     deadline = min(float(e.record.get("reconcile_deadline_s") or 300.0) for e in asking.values())
     seen = {j: e.record.get("last_seen") or e.record.get("submitted_at") or now for j, e in asking.items()}
-    result = commands.query(ids)
+    submitted = [e.submitted_at for e in asking.values()]
+    since = None if None in submitted else min(t for t in submitted if t is not None)
+    result = commands.query(ids, since)
     sacct = index_rows(result.sacct) if result.sacct is not None else None
     for obs in observe(ids, index_rows(result.squeue), sacct, LagClock(now, deadline, seen), result.sacct_error):
         if obs.job_id in asking:

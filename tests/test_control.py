@@ -100,13 +100,24 @@ def test_finished_is_finished(fake_slurm, fake_commands, clock, tmp_path) -> Non
     assert ("completed", "sacct", 2) == (again["state"], again["source"], calls)
 
 
+def test_a_reused_array_id_does_not_end_the_attempt(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """Slurm handed the array id out again (slurmctld lost its state): accounting still has an
+    older task 1000_1 that FAILED before this attempt was submitted. status does not take that
+    failure for this attempt's (no effective outcome): sacct is asked only since the submission."""
+    attempt = staged(tmp_path, "1000_1")
+    journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")
+    fake_slurm.add_older_array("1000", {0: ("COMPLETED", "0:0"), 1: ("FAILED", "4:0")}, ended_at=1_699_999_000.0)
+    view = control.status(attempt, fake_commands, clock)
+    assert (None, False) == (view["effective"], view["scheduler"]["terminal"])
+
+
 class _Gated:
     """A commands stand-in whose query answers running, after `release` is set."""
 
     def __init__(self, release: threading.Event | None) -> None:
         self.release = release
 
-    def query(self, job_ids):
+    def query(self, job_ids, submitted_since=None):
         if self.release:
             self.release.wait(10)
         return QueryResult(parse_squeue("1000|RUNNING|None|dd-x\n"), [], None, 1)

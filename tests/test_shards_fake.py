@@ -146,3 +146,31 @@ def test_cancelling_a_run_is_one_scancel_and_pending_shards_never_start(tmp_path
     assert [("done", "cancelled", "attempt"), ("done", "cancelled", "attempt"),
             ("staged", "cancelled", "scheduler"), ("staged", "cancelled", "scheduler")] == \
         [(r["state"], r["effective"]["outcome"], r["effective"]["from"]) for r in rows]
+
+
+def test_list_takes_no_task_of_an_older_array_that_had_the_run_s_id(finished_run) -> None:
+    """Accounting still holds an older array with the run's job id (slurmctld lost its state and
+    counts again; its four tasks were cancelled an hour before this run was submitted), and the
+    run's own rows are not in accounting yet: `list` shows the same job states with the older
+    array as without it (accounting lag, not `cancelled`), since sacct is asked only since then."""
+    fake, env, out, shards = finished_run
+
+    def job_states() -> list:
+        for shard in shards:
+            record = json.loads((shard / "attempt.json").read_text())
+            (shard / "attempt.json").write_text(json.dumps({**record, "observations": []}))
+        (shards[0].parent / ".list-cache.json").unlink(missing_ok=True)
+        listed = json.loads(cli(env, "list", "--json", "-w", str(shards[0].parent.parent)).stdout)
+        return [(r["shard"], r["job_state"]) for r in listed["attempts"]]
+
+    run_id = json.loads((shards[0] / "attempt.json").read_text())["shard"]["run_id"]
+    submitted = json.loads((shards[0].parent.parent / "runs" / run_id / "run.json").read_text())["submitted_at"]
+    fake.set_job(out["job_id"], in_sacct=False)
+    try:
+        alone = job_states()
+        fake.add_older_array(out["job_id"], {i: ("CANCELLED by 0", "0:0") for i in range(4)}, ended_at=submitted - 3600)
+        assert alone == job_states()
+    finally:
+        fake.set_job(out["job_id"], in_sacct=True)
+        with fake.edit() as state:
+            state.pop("older", None)

@@ -27,6 +27,7 @@ POLL_S = 0.05  # between readiness rounds (each probes every waiting replica)
 EXIT_POLL_S = 0.01  # waiting for one process to exit or to serve: a poll is one waitpid or one small read
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
+SIGNAL_GRACE_S = 2.0
 
 
 class RuntimeActions:
@@ -77,7 +78,8 @@ class RuntimeActions:
         limit = self.s.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
         code = self._wait_exit("preflight", self.s.clock.monotonic() + limit, "preflight_timeout")
         if code != 0:
-            raise AttemptFailure("preflight_failed", f"client preflight exited {code}; see {files.log_ref('preflight')}")
+            raise self._unless_signalled(
+                AttemptFailure("preflight_failed", f"client preflight exited {code}; see {files.log_ref('preflight')}"))
         return True
 
     def launch_deployments(self) -> None:
@@ -161,7 +163,8 @@ class RuntimeActions:
         code = self._wait_exit("client", self.client_deadline, "client_timeout")
         if code != 0:
             self._gateway_ended(wait_s=SETTLE_S)  # a stalled replica ends the gateway, then the client's requests
-            raise AttemptFailure("client_failed", f"client exited {code}; see {files.log_ref('client')}")
+            raise self._unless_signalled(
+                AttemptFailure("client_failed", f"client exited {code}; see {files.log_ref('client')}"))
         return True
 
     # finalize -> cleanup
@@ -249,11 +252,17 @@ class RuntimeActions:
             self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=self.ports[unit.name])
 
     def _let_signals_land(self) -> None:
-        """Before calling a server's exit or absence a failure: scancel signals the steps and the
-        batch step at once, so our own signal gets SETTLE_S to land, and then wins."""
-        if not self.s.gate.received:
-            self.s.clock.sleep(SETTLE_S)
+        """Before calling a child's exit or absence a failure: scancel (and the time limit) signal
+        the steps and the batch step at once, so our own signal gets up to SIGNAL_GRACE_S to
+        land (under load, slurmstepd delivers them apart), and then wins."""
+        deadline = self.s.clock.monotonic() + SIGNAL_GRACE_S
+        while not self.s.gate.received and self.s.clock.monotonic() < deadline:
+            self.s.clock.sleep(EXIT_POLL_S)
         self.s.gate.check()
+
+    def _unless_signalled(self, failure: AttemptFailure) -> AttemptFailure:
+        self._let_signals_land()
+        return failure
 
     def _identity_failed(self, unit: Placed, port: int, detail: str) -> None:
         self._let_signals_land()  # a server gone between health and the check may be scancel's doing
@@ -312,5 +321,4 @@ class RuntimeActions:
             return
         code = self.s.table.wait(gateway_step.GATEWAY_STEP, self.s.clock.monotonic() + wait_s)
         if code is not None:
-            self.s.gate.check()
-            raise gateway_step.exit_failure(self.s.dir, code)
+            raise self._unless_signalled(gateway_step.exit_failure(self.s.dir, code))

@@ -29,6 +29,8 @@ from dd_slurm.errors import (
 from dd_slurm.scheduler import parse
 
 TOOLS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "srun")
+# How far the login node's clock may trail slurmctld's and slurmdbd's when it asks for jobs "since".
+CLOCK_SKEW_S = 60.0
 MAX_ARG_CHARS = 100_000  # Linux caps one argument at 128 KiB (MAX_ARG_STRLEN)
 _TRANSIENT = re.compile(
     r"Socket timed out|Unable to contact slurm controller|Zero Bytes were transmitted|"
@@ -205,7 +207,7 @@ class SlurmCommands:
         try:
             out = self.run("squeue", ["--noheader", "--states=all", f"--name={job_name}", "--format=%F"]).stdout
             found = {line.strip() for line in out.splitlines() if parse.is_job_number(line.strip())}
-            start = slurm_time(since - 60)
+            start = slurm_time(since - CLOCK_SKEW_S)
             out = self.run("sacct", ["--noheader", "--parsable2", "--allocations", f"--name={job_name}",
                                      f"--starttime={start}", "--format=JobID"]).stdout
         except SchedulerError as err:
@@ -237,23 +239,27 @@ class SlurmCommands:
             return False
         return result.returncode == 0 and result.stdout.strip() == "TimeLimit"
 
-    def query(self, job_ids: list[str]) -> QueryResult:
+    def query(self, job_ids: list[str], submitted_since: Optional[float] = None) -> QueryResult:
         """One squeue, then one sacct unless squeue already shows every requested job live (sacct
-        cannot change that answer). An squeue failure raises; a sacct failure is reported (lag)."""
+        cannot change that answer). An squeue failure raises; a sacct failure is reported (lag).
+        `submitted_since`, the earliest of these submissions (clock time), keeps sacct to jobs
+        alive since a minute before it: a job id Slurm hands out again (after slurmctld lost its
+        state, or past MaxJobId) then brings no accounting rows of the older job that had it."""
         from dd_slurm.scheduler.observe import all_live
 
         chunks = id_chunks(job_ids)
         squeue = [row for chunk in chunks for row in parse.parse_squeue(self.squeue_text(chunk), raw_ids=True)]
         if all_live(job_ids, squeue):
             return QueryResult(squeue, [], None, calls=len(chunks))
-        sacct, error = self._sacct_rows(chunks)
+        since = [] if submitted_since is None else [f"--starttime={slurm_time(submitted_since - CLOCK_SKEW_S)}"]
+        sacct, error = self._sacct_rows(chunks, since)
         return QueryResult(squeue, sacct, error, calls=len(chunks) * 2)
 
-    def _sacct_rows(self, chunks: list[str]) -> tuple[Optional[list[parse.Row]], Optional[str]]:
+    def _sacct_rows(self, chunks: list[str], since: list[str]) -> tuple[Optional[list[parse.Row]], Optional[str]]:
         rows: list[parse.Row] = []
         for chunk in chunks:
             try:
-                text = self.run("sacct", ["--noheader", "--parsable2", f"--jobs={chunk}",
+                text = self.run("sacct", ["--noheader", "--parsable2", f"--jobs={chunk}", *since,
                                           f"--format={parse.SACCT_FIELDS}"]).stdout
             except SchedulerError as err:
                 return None, str(err)

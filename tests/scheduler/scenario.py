@@ -14,7 +14,7 @@ CASES = {
     "held": ("sleep 1", ['--hold']),
     "completed": ("exit 0", []),
     "failed": ("exit 3", []),
-    "cancelled": ("sleep 300", []),
+    "cancelled": ("echo started; sleep 300", []),
     "held-array": ("sleep 1", ['--hold', '--array="1-4%2"']),
 }
 SETTLED = {"held": "pending", "completed": "completed", "failed": "failed", "cancelled": "running",
@@ -32,8 +32,8 @@ def submit_all(commands: SlurmCommands, directory: Path, prefix: str) -> dict[st
     return ids
 
 
-def observed(commands: SlurmCommands, ids: dict[str, str]) -> dict[str, list[tuple]]:
-    result = commands.query(list(ids.values()))
+def observed(commands: SlurmCommands, ids: dict[str, str], since: float) -> dict[str, list[tuple]]:
+    result = commands.query(list(ids.values()), since)  # a reused job id's older rows left out
     sacct = index_rows(result.sacct) if result.sacct is not None else None
     out = {}
     for case, job in ids.items():
@@ -43,22 +43,30 @@ def observed(commands: SlurmCommands, ids: dict[str, str]) -> dict[str, list[tup
 
 
 def run_scenario(commands: SlurmCommands, directory: Path, prefix: str, seconds: float = 60) -> dict[str, list[tuple]]:
+    since = time.time()
     ids = submit_all(commands, directory, prefix)
-    wait_for(commands, ids, SETTLED, seconds)
-    # RUNNING in the queue comes before the batch step starts (under load, seconds before): a job
-    # cancelled in between ends with no signal. Its output file says its script started.
-    started, deadline = directory / "cancelled.out", time.monotonic() + seconds
-    while not started.exists() and time.monotonic() < deadline:
+    wait_for(commands, ids, since, SETTLED, seconds)
+    # RUNNING in the queue comes before the batch script runs (under load, seconds before): a job
+    # cancelled in between ends with no signal. The line its script writes says it runs.
+    deadline = time.monotonic() + seconds
+    while "started" not in read_or_empty(directory / "cancelled.out") and time.monotonic() < deadline:
         time.sleep(0.2)
     commands.cancel(ids["cancelled"])
     settled = dict(SETTLED, cancelled="cancelled")
-    return wait_for(commands, ids, settled, seconds, need_sacct=("completed", "failed", "cancelled"))
+    return wait_for(commands, ids, since, settled, seconds, need_sacct=("completed", "failed", "cancelled"))
 
 
-def wait_for(commands, ids, states, seconds, need_sacct=()) -> dict[str, list[tuple]]:
+def read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def wait_for(commands, ids, since, states, seconds, need_sacct=()) -> dict[str, list[tuple]]:
     deadline = time.monotonic() + seconds
     while True:
-        now = observed(commands, ids)
+        now = observed(commands, ids, since)
         done = all(all(o[1] == states[c] for o in obs) for c, obs in now.items())
         exit_known = all(now[c][0][3] is not None for c in need_sacct)
         if "cancelled" in need_sacct:  # real Slurm records the batch step (signal 15) after the job row

@@ -196,3 +196,23 @@ def test_fake_job_runs_and_reports_its_exit_code(fake_slurm, fake_commands, tmp_
             break
         time.sleep(0.1)
     assert ("FAILED", 3) == (rows[0].raw_state, rows[0].exit_code)
+
+
+@pytest.mark.parametrize(("since", "expected"), [
+    (None, [("J_1", "failed", True)]),
+    ("submission", [("J_1", "pending", False)]),
+], ids=["without-since-the-older-job-shows", "since-the-submission"])
+def test_a_reused_array_id_brings_no_older_tasks(fake_slurm, fake_commands, tmp_path, since, expected) -> None:
+    """slurmctld lost its state and hands out job ids again: accounting still has an older array
+    with this id (task 1 FAILED 4:0, ended an hour ago). Asked since the submission, sacct leaves
+    those rows out and the held task reads pending; asked without, the older failure shows."""
+    from dd_slurm.scheduler.observe import LagClock, index_rows, observe
+
+    submitted = time.time()
+    job = fake_commands.submit(_script(tmp_path, "dd-r", "sleep 1", "#SBATCH --hold", "#SBATCH --array=0-1"),
+                               "dd-r").job_id
+    fake_slurm.add_older_array(job, {0: ("COMPLETED", "0:0"), 1: ("FAILED", "4:0")}, ended_at=submitted - 3600)
+    result = fake_commands.query([f"{job}_1"], None if since is None else submitted)
+    found = observe([f"{job}_1"], index_rows(result.squeue), index_rows(result.sacct or []),
+                    LagClock(submitted, 300))
+    assert expected == [(o.job_id.replace(job, "J"), o.state, o.terminal) for o in found]

@@ -90,5 +90,16 @@ class FakeSlurm:
         with self.edit() as state:
             state["jobs"][job_id].update(fields)
 
+    def add_older_array(self, job_id: str, tasks: dict[int, tuple[str, str]], ended_at: float) -> None:
+        """Accounting of an older array job that had this id (slurmctld lost its state and counts
+        again): `sacct --jobs=ID` lists its tasks (state, exit code) too, as real sacct does (each
+        task has its own raw id, so sacct's newest-of-a-duplicate-id rule keeps them), unless
+        `--starttime` is later than `ended_at`."""
+        with self.edit() as state:
+            older = state.setdefault("older", {}).setdefault(job_id, [])
+            older += [{"display": f"{job_id}_{task}", "raw": str(int(job_id) * 1000 + task), "state": st,
+                       "exit": code, "ended": ended_at}
+                      for task, (st, code) in sorted(tasks.items())]
+
     def calls(self, tool: str | None = None) -> list[list[str]]:
         return [c["argv"] for c in self._calls() if tool is None or c["tool"] == tool]

@@ -231,14 +231,20 @@ def sacct(fake: FakeSlurm, argv: list[str]) -> int:
     if not args.jobs and not args.starttime:
         print("sacct: fake sacct wants --jobs or --starttime (real sacct defaults to today only)", file=sys.stderr)
         return 1
-    jobs = fake.snapshot()["jobs"]
+    snapshot = fake.snapshot()
+    jobs, fields = snapshot["jobs"], (args.format or SACCT_DEFAULT).split(",")
     wanted = _job_ids(args.jobs) if args.jobs else [j["id"] for j in jobs.values() if j["name"] == args.name]
+    since = time.mktime(time.strptime(args.starttime, "%Y-%m-%dT%H:%M:%S")) if args.starttime else None
     for job_id in wanted:
+        for old in snapshot.get("older", {}).get(job_id, []) if args.jobs else []:
+            if since is None or old["ended"] >= since:
+                row = {"JobID": old["display"], "JobIDRaw": old["raw"], "State": old["state"],
+                       "ExitCode": old["exit"], "Reason": "None", "JobName": "older"}
+                print("|".join(row[f] for f in fields))
         job = jobs.get(job_id)
         if not job or not job["in_sacct"] or (args.name and job["name"] != args.name):
             continue
         started = not job["array"] or any(t["pid"] for t in job.get("tasks", {}).values()) or job["state"]
-        fields = (args.format or SACCT_DEFAULT).split(",")
         for display, state, _reason, exit_code in _rows_of(fake, job):
             if (state == "PENDING" and not job["state"]) or not started:
                 continue  # real sacct has no record of a job that never started (fixtures/slurm/sacct-pending)
