@@ -351,6 +351,15 @@ def main(argv: list[str] | None = None, early_signals: list[int] | None = None,
     try:
         cli.main(args=argv, standalone_mode=False, obj={"early_signals": early_signals,
                                                         "verified_bundle": verified_bundle})
+    except (Exception, KeyboardInterrupt) as err:
+        fail_for(err)
+
+
+def fail_for(error: BaseException) -> NoReturn:
+    """The one `error:` line and exit code for what a command raised (console.py's click-free
+    paths hand theirs here too)."""
+    try:
+        raise error
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.UsageError as err:  # one line and a hint, not click's four

@@ -10,25 +10,6 @@ import click
 from dd_slurm.cli import cli, emit, json_option
 from dd_slurm.machine.table import UNTIL_STATES
 
-
-def _digests(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None) -> tuple[str, str]:
-    from dd_slurm.store.attempt_record import read_record
-
-    if bundle_digest and plan_digest:
-        return bundle_digest, plan_digest
-    record = read_record(attempt_dir)
-    return bundle_digest or record["bundle_digest"], plan_digest or record["plan_digest"]
-
-
-def _shard_or_self(attempt_dir: str) -> str:
-    """A run dir (an array's entrypoint passes one) means this task's shard, by SLURM_ARRAY_TASK_ID."""
-    import os
-
-    from dd_slurm.shards import select_shard
-
-    return str(select_shard(attempt_dir, os.environ))
-
-
 digest_options = [
     click.option("--bundle-digest", help="Expected bundle digest (the entrypoint passes it)."),
     click.option("--plan-digest", help="Expected plan digest (the entrypoint passes it)."),
@@ -47,18 +28,14 @@ def _with_digests(func):
 @json_option
 def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as_json: bool) -> None:
     """Inside the allocation: drive the attempt to `done` (exit 4 unless it succeeded)."""
-    from dd_slurm.errors import EXIT_ATTEMPT_FAILED
-    from dd_slurm.runtime.run import run_attempt
-    from dd_slurm.store.view import attempt_dir as checked_dir
-    from dd_slurm.store.view import attempt_summary
+    from dd_slurm.runtime.run import run_command
 
-    directory = checked_dir(_shard_or_self(attempt_dir))
-    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest),
-                          early_signals=_early_signals(), verified_bundle=_context("verified_bundle"))
+    code, summary = run_command(attempt_dir, bundle_digest, plan_digest, early_signals=_early_signals(),
+                                verified_bundle=_context("verified_bundle"))
     from dd_slurm.report import attempt_line
 
-    emit(attempt_summary(directory), as_json, attempt_line)
-    sys.exit(0 if attempt.outcome == "succeeded" else EXIT_ATTEMPT_FAILED)
+    emit(summary, as_json, attempt_line)
+    sys.exit(code)
 
 
 @cli.command()
@@ -70,13 +47,11 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
 @_with_digests
 def advance(attempt_dir: str, until: str | None, bundle_digest: str | None, plan_digest: str | None) -> None:
     """Run the next transition(s) only, in this process."""
-    from dd_slurm.runtime.run import run_attempt
-    from dd_slurm.store.view import attempt_dir as checked_dir
+    from dd_slurm.runtime.run import run_in_dir
 
-    directory = checked_dir(_shard_or_self(attempt_dir))
-    attempt = run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), until=until,
-                          early_signals=_early_signals(), command="advance",
-                          verified_bundle=_context("verified_bundle"))
+    _directory, attempt = run_in_dir(attempt_dir, bundle_digest, plan_digest, until=until,
+                                     early_signals=_early_signals(), command="advance",
+                                     verified_bundle=_context("verified_bundle"))
     click.echo(attempt.state)
 
 

@@ -1,19 +1,55 @@
 """The `dd-slurm` console script. `status [--json] DIR` of an attempt whose job has ended, as
 accounting recorded it, is printed from disk without importing click (half a fresh process's
 time): what a script polling many attempts runs most. Anything else, including every error and
-every other shape of arguments, is the click CLI's (dd_slurm.cli), which prints the same view."""
+every other shape of arguments, is the click CLI's (dd_slurm.cli), which prints the same view.
+So is the supervisor's `run DIR --bundle-digest D --plan-digest P`, the words the rendered batch
+script passes (the bundle's entry.py calls this main): click would be a fifth of its start-up
+before any server can start. Its errors are the click CLI's lines and exit codes (cli.fail_for)."""
 
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, early_signals: list[int] | None = None,
+         verified_bundle: tuple[str, str] | None = None) -> None:
+    """`early_signals` and `verified_bundle`: what the bundle's entry point hands the supervisor
+    (see cli.main)."""
     args = sys.argv[1:] if argv is None else list(argv)
+    words = run_words(args)
+    if words is not None:
+        supervise(words, early_signals, verified_bundle)
     if not answered_from_disk(args):
         from dd_slurm.cli import main as cli_main
 
-        cli_main(args)
+        cli_main(args, early_signals=early_signals, verified_bundle=verified_bundle)
+
+
+def run_words(args: list[str]) -> tuple[str, str, str] | None:
+    """(DIR, bundle digest, plan digest) of exactly `run DIR --bundle-digest D --plan-digest P`
+    with none of the three empty or an option; None for anything else."""
+    if len(args) != 6 or (args[0], args[2], args[4]) != ("run", "--bundle-digest", "--plan-digest"):
+        return None
+    values = (args[1], args[3], args[5])
+    return None if any(not v or v.startswith("-") for v in values) else values
+
+
+def supervise(words: tuple[str, str, str], early_signals: list[int] | None,
+              verified_bundle: tuple[str, str] | None) -> NoReturn:
+    """`dd-slurm run`, as the click command runs it: the attempt's line, then its exit code."""
+    try:
+        from dd_slurm.report import attempt_line, printable
+        from dd_slurm.runtime.run import run_command
+
+        code, summary = run_command(*words, early_signals=early_signals, verified_bundle=verified_bundle)
+        sys.stdout.write(printable(attempt_line(summary)) + "\n")
+        sys.stdout.flush()
+    except (Exception, KeyboardInterrupt) as err:
+        from dd_slurm.cli import fail_for
+
+        fail_for(err)
+    sys.exit(code)
 
 
 def answered_from_disk(args: list[str]) -> bool:

@@ -5,6 +5,7 @@ arguments or state goes to the click CLI, with nothing printed first."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -80,3 +81,34 @@ def test_anything_else_is_left_to_the_click_cli(tmp_path, fake_slurm, fake_comma
     cases = not_settled(tmp_path, fake_slurm, fake_commands, clock)
     answers = [(case, console.answered_from_disk(case), capsys.readouterr()) for case in cases]
     assert [(case, False, "", "") for case in cases] == [(c, a, out.out, out.err) for c, a, out in answers]
+
+
+@pytest.mark.timeout(60)
+def test_only_the_batch_scripts_run_words_take_the_click_free_way() -> None:
+    """`run DIR --bundle-digest D --plan-digest P`, as the rendered script passes it, is read as
+    its three values; any other shape (order, --json, a missing or option-like value) is not."""
+    words = ["run", "/ws/attempts/a", "--bundle-digest", "d1", "--plan-digest", "p1"]
+    others = [words[:4], [*words, "--json"], ["run", "/a", "--plan-digest", "p1", "--bundle-digest", "d1"],
+              ["advance", *words[1:]], ["run", "--help", *words[2:]], [*words[:5], ""], [*words[:3], "-x", *words[4:]]]
+    assert (("/ws/attempts/a", "d1", "p1"), [None] * len(others)) == \
+        (console.run_words(words), [console.run_words(o) for o in others])
+
+
+@pytest.mark.timeout(60)
+def test_the_click_free_run_fails_as_the_click_cli_does(tmp_path) -> None:
+    """`run` of a dir that is no attempt, and of an attempt outside an allocation: the same error
+    line and exit code from the click-free way (console.main) as from dd_slurm.cli, nothing on stdout."""
+    attempt = staged(tmp_path, "1000")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    code = "import sys; from {} import main; main(['run', sys.argv[1], '--bundle-digest', 'd', '--plan-digest', 'p'])"
+
+    def both(target) -> list[tuple[int, str, str]]:
+        return [(out.returncode, out.stdout, out.stderr) for out in (
+            subprocess.run([sys.executable, "-c", code.format(module), str(target)], capture_output=True, text=True,
+                           timeout=60, env=env) for module in ("dd_slurm.console", "dd_slurm.cli"))]
+
+    (free, by_click), (free_outside, by_click_outside) = both(tmp_path / "nothing"), both(attempt)
+    assert (by_click, by_click_outside) == (free, free_outside)
+    assert [(2, "", True), (2, "", True)] == [
+        (by_click[0], by_click[1], "not an attempt directory" in by_click[2]),
+        (by_click_outside[0], by_click_outside[1], "not inside a Slurm allocation" in by_click_outside[2])]

@@ -203,10 +203,10 @@ def main(argv: list) -> int:
         from dd_slurm.gateway.__main__ import main as gateway_main
 
         return gateway_main(argv[2:])
-    from dd_slurm.cli import main as cli_main
+    from dd_slurm.console import main as console_main  # `run` without importing click
 
     # The whole bundle was verified just now against `expected`: the supervisor need not hash it again.
-    cli_main(early_signals=_DD_SLURM_EARLY_SIGNALS, verified_bundle=(here, expected))
+    console_main(early_signals=_DD_SLURM_EARLY_SIGNALS, verified_bundle=(here, expected))
     return 0
 
 

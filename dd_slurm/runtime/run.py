@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.machine import table as T
@@ -38,6 +38,36 @@ def check_may_supervise(environ: Mapping[str, str], until: Optional[str]) -> Non
     if until is not None and until not in SAFE_STOPS:
         raise SupervisionRefused(f"--until {until}: the attempt's processes would keep running with no supervisor; "
                                  f"stop at one of {', '.join(SAFE_STOPS)}")
+
+
+def run_command(attempt_dir: str, bundle_digest: Optional[str], plan_digest: Optional[str],
+                **kwargs: Any) -> tuple[int, dict]:
+    """`dd-slurm run DIR`: its exit code (0 only when the attempt succeeded) and the attempt's summary."""
+    from dd_slurm.errors import EXIT_ATTEMPT_FAILED
+    from dd_slurm.store.view import attempt_summary
+
+    directory, attempt = run_in_dir(attempt_dir, bundle_digest, plan_digest, **kwargs)
+    return (0 if attempt.outcome == "succeeded" else EXIT_ATTEMPT_FAILED), attempt_summary(directory)
+
+
+def run_in_dir(attempt_dir: str, bundle_digest: Optional[str], plan_digest: Optional[str],
+               **kwargs: Any) -> tuple[Path, Attempt]:
+    """`run`/`advance` of DIR (a run dir, which an array's entrypoint passes, means this task's
+    shard, by SLURM_ARRAY_TASK_ID), with the digests given or else the attempt record's."""
+    from dd_slurm.shards import select_shard
+    from dd_slurm.store.view import attempt_dir as checked_dir
+
+    directory = checked_dir(str(select_shard(attempt_dir, os.environ)))
+    return directory, run_attempt(directory, *_digests(str(directory), bundle_digest, plan_digest), **kwargs)
+
+
+def _digests(attempt_dir: str, bundle_digest: Optional[str], plan_digest: Optional[str]) -> tuple[str, str]:
+    from dd_slurm.store.attempt_record import read_record
+
+    if bundle_digest and plan_digest:
+        return bundle_digest, plan_digest
+    record = read_record(attempt_dir)
+    return bundle_digest or record["bundle_digest"], plan_digest or record["plan_digest"]
 
 
 def run_attempt(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: Optional[str] = None,
