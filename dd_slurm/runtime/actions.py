@@ -4,12 +4,12 @@ Launch actions return at once; guards wait against absolute deadlines and raise 
 from __future__ import annotations
 
 from concurrent.futures import Executor, ThreadPoolExecutor
+from types import ModuleType
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import gateway_step, verify
 from dd_slurm.runtime.budget import budget_for
-from dd_slurm.runtime.cleanup import Cleanup
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import endpoint_map, publish
 from dd_slurm.runtime.placement import Placed
@@ -28,6 +28,14 @@ EXIT_POLL_S = 0.01  # waiting for one process to exit or to serve: a poll is one
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
 SIGNAL_GRACE_S = 2.0
+
+
+def cleanup_module() -> ModuleType:
+    """runtime/cleanup.py and its report's converter: a sixth of the supervisor's imports, needed
+    only once cleanup runs; imported at the first need or while the servers load, whichever is first."""
+    from dd_slurm.runtime import cleanup
+
+    return cleanup
 
 
 class RuntimeActions:
@@ -104,6 +112,7 @@ class RuntimeActions:
         answered healthy in one on-node step; fail a replica past its deadline."""
         s, p = self.s, self.s.prepared
         waiting = [u for u in p.placement if self.readiness.state(u.name) != "ready"]
+        cleanup_module()  # imported while the servers load (the supervisor waits anyway), not before they start
         with ThreadPoolExecutor(PROBE_THREADS) as pool:
             while waiting:
                 s.gate.check()
@@ -179,9 +188,11 @@ class RuntimeActions:
         phases = [["client", "preflight"], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
         grace = s.cleanup_grace_s(default=10.0)
         nodes = p.alloc.nodes if p is not None else ()
-        Cleanup(attempt_dir=s.dir, table=s.table, runner=p.runner if p is not None else None, clock=s.clock,
-                grace_s=grace, nodes=nodes, attempt_id=s.attempt_id, signal_steps=s.signal_steps,
-                finish_readiness=self._finish_readiness, budget=budget_for(s, reason, grace)).run(phases, outcome, reason)
+        cleanup = cleanup_module().Cleanup(
+            attempt_dir=s.dir, table=s.table, runner=p.runner if p is not None else None, clock=s.clock, grace_s=grace,
+            nodes=nodes, attempt_id=s.attempt_id, signal_steps=s.signal_steps, finish_readiness=self._finish_readiness,
+            budget=budget_for(s, reason, grace))
+        cleanup.run(phases, outcome, reason)
 
     # helpers
     def _start(self, spec: StepSpec) -> None:
