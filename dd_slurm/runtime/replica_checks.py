@@ -1,6 +1,7 @@
 """Readiness checks of many replicas at once: health probes side by side (threads, each waiting
 on its own socket), and the on-node listener identity check of every newly healthy replica in one
-step over their leader nodes, instead of one step per replica one after another."""
+step over their leader nodes, instead of one step per replica one after another (the supervisor's
+own node needs no step: it reads its /proc itself)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
+from dd_slurm.runtime.listeners import check_listeners
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.probes import served_models
 from dd_slurm.runtime.replicas import identity_request
+from dd_slurm.runtime.stepexec import node_address
 from dd_slurm.runtime.steps import StepSpec
 from dd_slurm.store.atomic import write_json_atomic
 
@@ -59,16 +62,14 @@ def identity_problem(unit: Placed, answers: dict[str, dict], problem: Optional[s
 
 def unproven(s: Session, units: list[Placed], ports: dict[str, int], pool: Executor,
              name: str) -> Optional[tuple[Placed, str]]:
-    """The first of `units` not proven ours, and why; None when all are. On each leader's node, in
-    one step `name` for all: the listener on the port belongs to the leader step's process tree;
+    """The first of `units` not proven ours, and why; None when all are. On each leader's node
+    (node_answers): the listener on the port belongs to the leader step's process tree;
     then (side by side) the served model, when the plan names one, is listed. ValueError: a
     leader's step record is not valid."""
     p = s.prepared
     leaders = {u.name: p.specs[u.name][0] for u in units}
     nodes = identity_requests(units, ports, {n: p.runner.started(spec.name) for n, spec in leaders.items()}, leaders)
-    path = s.dir / "steps" / f"{name}.json"
-    write_json_atomic(path, {"nodes": nodes}, durable=False)  # read by the check moments later
-    answers, problem = p.runner.on_nodes(tuple(nodes), ["_identity", str(path)], name, IDENTITY_TIMEOUT_S, role="probe")
+    answers, problem = node_answers(s, nodes, name)
     for unit in units:
         detail = identity_problem(unit, answers, problem)
         if detail is not None:
@@ -77,6 +78,25 @@ def unproven(s: Session, units: list[Placed], ports: dict[str, int], pool: Execu
         if detail is not None:
             return unit, detail
     return None
+
+
+def node_answers(s: Session, nodes: dict[str, dict[str, dict[str, int]]],
+                 name: str) -> tuple[dict[str, dict], Optional[str]]:
+    """The identity check's answer per node. The supervisor's own node (SLURMD_NODENAME) is
+    answered here, from the same node-wide /proc the on-node check reads, without an srun step
+    (~0.2 s on the path to the client); the other nodes in one step `name`, as before."""
+    here = s.ambient.get("SLURMD_NODENAME")
+    answers: dict[str, dict] = {}
+    if here in nodes:
+        answers[here] = {"node": here, "checks": check_listeners(nodes[here], node_address(here))}
+    remote = {node: request for node, request in nodes.items() if node != here}
+    if not remote:
+        return answers, None
+    path = s.dir / "steps" / f"{name}.json"
+    write_json_atomic(path, {"nodes": remote}, durable=False)  # read by the check moments later
+    found, problem = s.prepared.runner.on_nodes(tuple(remote), ["_identity", str(path)], name, IDENTITY_TIMEOUT_S,
+                                                role="probe")
+    return {**found, **answers}, problem  # a remote line naming this node does not replace its answer
 
 
 def served_problem(s: Session, unit: Placed, port: int) -> Optional[str]:

@@ -143,12 +143,12 @@ def run_step(spec_path: str) -> int:
     return EXIT_NOT_FOUND  # not reached
 
 
-def node_address() -> str:
-    """The address this node's name resolves to (where a server given `--host {host}` listens)."""
+def node_address(name: str | None = None) -> str:
+    """The address this node's name (or `name`) resolves to (where a server given `--host {host}` listens)."""
     try:
         import _socket
 
-        return _socket.gethostbyname(node_name())
+        return _socket.gethostbyname(name or node_name())
     except OSError:
         return "0.0.0.0"
 

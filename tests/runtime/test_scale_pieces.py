@@ -100,3 +100,46 @@ def test_the_launchers_which_finds_what_shutil_which_finds(program) -> None:
     on an empty PATH, and for names with a directory part."""
     for path in (os.environ.get("PATH", ""), "", "/nonexistent:/usr/bin:/bin"):
         assert shutil.which(program, path=path) == which(program, path)
+
+
+class RecordingRunner:
+    """A step runner that records each on-node command and answers with the lines given."""
+
+    def __init__(self, answers: dict) -> None:
+        self.answers, self.calls = answers, []
+
+    def on_nodes(self, nodes, command, name, timeout_s, role="scan"):
+        self.calls.append((nodes, command[0], name, json.loads(open(command[1]).read())["nodes"]))
+        return self.answers, None
+
+
+@pytest.mark.timeout(60)
+def test_the_supervisors_own_node_is_checked_without_a_step_and_the_others_in_one(tmp_path) -> None:
+    """The identity check of a replica on the supervisor's node (SLURMD_NODENAME) answers from this
+    process what the on-node check answers, with no step; the other nodes' requests, and only
+    theirs, go to one step; a remote line naming the supervisor's node does not replace its answer."""
+    from types import SimpleNamespace
+
+    from dd_slurm.runtime.replica_checks import node_answers
+
+    server = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                               "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); "
+                               "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        start = int(open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        here = {"small-0": {"port": port, "pid": server.pid, "start_time": start, "pgid": os.getpgid(server.pid)}}
+        there = {"small-1": {"port": 1, "pid": 1, "start_time": 1, "pgid": 1}}
+        remote = {"n2": {"node": "n2", "checks": {"small-1": {"ours": True}}}, "localhost": {"node": "localhost"}}
+        runner = RecordingRunner(remote)
+        (tmp_path / "steps").mkdir()
+        s = SimpleNamespace(ambient={"SLURMD_NODENAME": "localhost"}, dir=tmp_path, prepared=SimpleNamespace(runner=runner))
+        alone = node_answers(s, {"localhost": here}, "identity-1")  # type: ignore[arg-type]
+        both = node_answers(s, {"localhost": here, "n2": there}, "identity-2")  # type: ignore[arg-type]
+        local = {"node": "localhost", "checks": check_listeners(here, "127.0.0.1")}
+        assert ((({"localhost": local}, None)), ({"localhost": local, "n2": remote["n2"]}, None),
+                [(("n2",), "_identity", "identity-2", {"n2": there})], True) == \
+            (alone, both, runner.calls, local["checks"]["small-0"]["ours"])
+    finally:
+        server.kill()
+        server.wait()
