@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.gateway.backends import Backend, Client, Gateway, answer, replica, response
+from tests.gateway.backends import Backend, Client, Gateway, answer, replica, response, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,12 +82,17 @@ def test_an_http_1_0_client_gets_a_chunked_response_dechunked(made, tmp_path) ->
 
 
 def test_a_replica_closing_idle_connections_costs_no_502(made, tmp_path) -> None:
-    """A replica that closes each connection right after its response, without saying so: every
-    next request goes on a new connection (the closed one is seen before anything is written to
-    it), so none gets a 502 and the replica sees each request once."""
+    """A replica that closes each connection right after its response, without saying so: once it
+    has closed, the next request goes on a new connection (the pooled one's close is seen before
+    anything is written to it, even before the event loop has read it), so none gets a 502 and
+    the replica sees each request once. (A close that crosses the next request on the wire is
+    a 502 instead: the request's bytes went out, and are never sent twice.)"""
     backend, gateway = start(made, tmp_path, lambda conn, request, n: conn.sendall(response()) and False)
     client = Client(gateway.port)
-    statuses = [client.request("/m/v1/completions")[0] for _ in range(30)]
+    statuses = []
+    for number in range(1, 31):
+        statuses.append(client.request("/m/v1/completions")[0])
+        wait_for(lambda n=number: backend.closed == n)
     assert ([200] * 30, 30, 30) == (statuses, len(backend.requests), backend.connections)
     client.close()
 
