@@ -2,15 +2,14 @@
 
 Strict where framing is at stake (request smuggling): one Content-Length value, digits only; a
 Transfer-Encoding other than `chunked`, or both headers at once, is refused; no obsolete line
-folding; header names are tokens. Everything else passes through byte for byte.
+folding; header names are tokens. Everything else passes through byte for byte. Bodies are
+framed incrementally (`Counted`, `Chunks`): the relay passes on what arrives, never a whole body.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-
-import attrs
 
 CRLF = b"\r\n"
 END = b"\r\n\r\n"
@@ -20,6 +19,7 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te"
 NO_BODY = -1      # framing: no body at all
 CHUNKED = -2      # framing: chunked transfer coding
 UNTIL_CLOSE = -3  # framing: the body ends when the connection closes (responses only)
+LINE_MAX = 1 << 16  # a chunk size line or trailer line longer than this is a framing error
 REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found", 413: b"Content Too Large",
            429: b"Too Many Requests", 431: b"Request Header Fields Too Large", 501: b"Not Implemented",
            502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
@@ -33,105 +33,158 @@ class BadMessage(Exception):
         self.status = status
 
 
-@attrs.frozen
 class Head:
-    """One parsed head. `start` is the request or status line split in three; `headers` keeps
-    (lower-case name, raw line) pairs in order; `length` is the body framing (>= 0: that many bytes)."""
+    """One parsed head. `start` is the request or status line split in three; `names` the header
+    names in lower case and `lines` the raw header lines, in order (`headers` pairs them); `length`
+    is the body framing (>= 0: that many bytes); `close`: the sender wants the connection closed
+    after this message; `raw` the head as received. Not changed once made."""
 
-    start: tuple[bytes, bytes, bytes]
-    headers: tuple[tuple[bytes, bytes], ...]
-    length: int
-    close: bool  # the sender wants the connection closed after this message
+    __slots__ = ("close", "length", "lines", "names", "raw", "start")
+
+    def __init__(self, start: tuple[bytes, bytes, bytes], names: list[bytes], lines: list[bytes], length: int,
+                 close: bool, raw: bytes = b"") -> None:
+        self.start, self.names, self.lines, self.length, self.close, self.raw = start, names, lines, length, close, raw
+
+    @property
+    def headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        """(lower-case name, raw line) pairs, in order."""
+        return tuple(zip(self.names, self.lines))
+
+    def consumed(self) -> Head:
+        """The same head, as if its body had been read already (length 0)."""
+        return Head(self.start, self.names, self.lines, 0, self.close, self.raw)
+
+    def value(self, name: bytes) -> bytes | None:
+        """The value of the first header called `name` (lower case), None without one."""
+        if name not in self.names:
+            return None
+        return self.lines[self.names.index(name)].partition(b":")[2].strip(b" \t")
+
+    def __repr__(self) -> str:
+        return f"Head({self.start!r}, {len(self.names)} headers, length={self.length}, close={self.close})"
 
 
-def parse_headers(lines: list[bytes]) -> tuple[tuple[tuple[bytes, bytes], ...], dict[bytes, list[bytes]]]:
-    pairs = []
-    values: dict[bytes, list[bytes]] = {}
-    for line in lines:
-        name, colon, value = line.partition(b":")
-        if not colon or not TOKEN.match(name):
-            raise BadMessage(400, f"malformed header line {line[:40]!r}")
-        lower = name.lower()
-        pairs.append((lower, line))
-        values.setdefault(lower, []).append(value.strip(b" \t"))
-    return tuple(pairs), values
+HEADER_BLOCK = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")  # every line: token ":" value
+HEADER_NAME = re.compile(rb"([^:\r\n]*):[^\r\n]*\r\n")
 
 
-def _framing(values: dict[bytes, list[bytes]]) -> int | None:
+def parse_headers(block: bytes) -> tuple[list[bytes], list[bytes]]:
+    """(lower-case names, raw lines) of a block of header lines, each ending in CRLF."""
+    if not HEADER_BLOCK.fullmatch(block):
+        for line in block.split(CRLF)[:-1]:
+            if line[:1] in (b" ", b"\t"):
+                raise BadMessage(400, "obsolete line folding")
+            name, colon, _ = line.partition(b":")
+            if not colon or not TOKEN.match(name):
+                raise BadMessage(400, f"malformed header line {line[:40]!r}")
+        raise BadMessage(400, "malformed header block (a bare CR or LF)")
+    lines = block.split(CRLF)
+    lines.pop()  # after the last CRLF
+    return HEADER_NAME.findall(block.lower()), lines
+
+
+def _values(names: list[bytes], lines: list[bytes], name: bytes) -> list[bytes] | None:
+    """Every value of the headers called `name`, None without one."""
+    count = names.count(name)
+    if not count:
+        return None
+    if count == 1:
+        return [lines[names.index(name)].partition(b":")[2].strip(b" \t")]
+    return [line.partition(b":")[2].strip(b" \t") for n, line in zip(names, lines) if n == name]
+
+
+def _framing(names: list[bytes], lines: list[bytes]) -> int | None:
     """The body framing the headers declare, or None when they declare none."""
-    te = values.get(b"transfer-encoding")
-    cl = values.get(b"content-length")
-    if te is not None:
-        if cl is not None:
+    if b"transfer-encoding" in names:
+        if b"content-length" in names:
             raise BadMessage(400, "both Transfer-Encoding and Content-Length")
-        if b",".join(te).strip().lower() != b"chunked":
+        if b",".join(_values(names, lines, b"transfer-encoding") or ()).strip().lower() != b"chunked":
             raise BadMessage(501, "only the chunked transfer coding is supported")
         return CHUNKED
-    if cl is None:
+    if b"content-length" not in names:
         return None
-    found = {v for item in cl for v in item.split(b",")}
-    if len(found) != 1:
-        raise BadMessage(400, "conflicting Content-Length values")
-    text = found.pop().strip()
+    cl = _values(names, lines, b"content-length") or []
+    text = cl[0]
+    if len(cl) > 1 or b"," in text:
+        found = {v.strip() for item in cl for v in item.split(b",")}
+        if len(found) != 1:
+            raise BadMessage(400, "conflicting Content-Length values")
+        text = found.pop()
     if not text.isdigit() or len(text) > 18:
         raise BadMessage(400, "invalid Content-Length")
     return int(text)
 
 
-def _wants_close(values: dict[bytes, list[bytes]], version: bytes) -> bool:
-    tokens = {t.strip().lower() for v in values.get(b"connection", ()) for t in v.split(b",")}
+def _wants_close(names: list[bytes], lines: list[bytes], version: bytes) -> bool:
+    if b"connection" not in names:
+        return version != b"HTTP/1.1"
+    tokens = {t.strip().lower() for v in _values(names, lines, b"connection") or () for t in v.split(b",")}
     if version == b"HTTP/1.1":
         return b"close" in tokens
     return b"keep-alive" not in tokens
 
 
-def _split(data: bytes) -> tuple[bytes, list[bytes]]:
-    if data.endswith(END):
-        data = data[:-4]
-    lines = data.split(CRLF)
-    if any(line[:1] in (b" ", b"\t") for line in lines[1:]):
-        raise BadMessage(400, "obsolete line folding")
-    return lines[0], lines[1:]
+def _split(data: bytes) -> tuple[bytes, bytes]:
+    """(start line, header block: lines each ending in CRLF) of a head that ends in CRLF CRLF."""
+    if not data.endswith(END):
+        data = data.rstrip(b"\r\n") + END
+    first = data.find(CRLF)
+    return data[:first], data[first + 2:-2]
 
 
 def parse_request(data: bytes) -> Head:
     """A request head (ending in CRLF CRLF). Requests without a declared body have none."""
-    first, lines = _split(data)
+    first, block = _split(data)
     parts = first.split(b" ")
     if len(parts) != 3 or not parts[1] or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0") or not TOKEN.match(parts[0]):
         raise BadMessage(400, f"malformed request line {first[:60]!r}")
-    headers, values = parse_headers(lines)
-    length = _framing(values)
-    return Head((parts[0], parts[1], parts[2]), headers, 0 if length is None else length,
-                _wants_close(values, parts[2]))
+    names, lines = parse_headers(block)
+    length = _framing(names, lines)
+    return Head((parts[0], parts[1], parts[2]), names, lines, 0 if length is None else length,
+                _wants_close(names, lines, parts[2]), data)
 
 
 def parse_response(data: bytes, method: bytes) -> Head:
-    first, lines = _split(data)
+    first, block = _split(data)
     parts = first.split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 or not parts[1].isdigit():
         raise BadMessage(502, f"malformed status line {first[:60]!r}")
     status = int(parts[1])
-    headers, values = parse_headers(lines)
-    length = _framing(values)
+    names, lines = parse_headers(block)
+    length = _framing(names, lines)
     if method == b"HEAD" or status < 200 or status in (204, 304):
         length = NO_BODY
     elif length is None:
         length = UNTIL_CLOSE
-    close = _wants_close(values, parts[0]) or length == UNTIL_CLOSE
-    return Head((parts[0], parts[1], parts[2] if len(parts) > 2 else b""), headers, length, close)
+    close = _wants_close(names, lines, parts[0]) or length == UNTIL_CLOSE
+    return Head((parts[0], parts[1], parts[2] if len(parts) > 2 else b""), names, lines, length, close, data)
 
 
 def connection_listed(head: Head) -> frozenset[bytes]:
     """Header names the Connection header declares hop-by-hop."""
-    return frozenset(t.strip().lower() for name, line in head.headers if name == b"connection"
-                     for t in line.partition(b":")[2].split(b","))
+    return frozenset(t.strip().lower() for v in _values(head.names, head.lines, b"connection") or ()
+                     for t in v.split(b","))
 
 
 def forward_lines(head: Head, drop: frozenset[bytes] = frozenset()) -> list[bytes]:
     """The head's header lines minus hop-by-hop ones (and `drop`)."""
-    listed = connection_listed(head) if any(name == b"connection" for name, _ in head.headers) else frozenset()
-    return [line for name, line in head.headers if name not in HOP_BY_HOP and name not in listed and name not in drop]
+    skip = HOP_BY_HOP | drop
+    if b"connection" in head.names:
+        skip |= connection_listed(head)
+    if skip.isdisjoint(head.names):
+        return head.lines
+    return [line for name, line in zip(head.names, head.lines) if name not in skip]
+
+
+def forward_response_head(head: Head, drop: frozenset[bytes], close: bool) -> bytes:
+    """The response head to relay: HTTP/1.1, minus hop-by-hop headers (and `drop`), with
+    `connection: close` when `close`. The head as received when that is all it already is."""
+    if head.start[0] == b"HTTP/1.1" and not drop and HOP_BY_HOP.isdisjoint(head.names) and head.raw:
+        return head.raw[:-2] + b"connection: close\r\n\r\n" if close else head.raw
+    lines = [b"HTTP/1.1 " + head.start[1] + b" " + head.start[2], *forward_lines(head, drop)]
+    if close:
+        lines.append(b"connection: close")
+    return CRLF.join(lines) + END
 
 
 def status_of(head: Head) -> int:
@@ -153,3 +206,80 @@ def simple_response(status: int, body: bytes, extra: Sequence[bytes] = (), close
     if close:
         lines.append(b"connection: close")
     return CRLF.join(lines) + END + body
+
+
+class Counted:
+    """A body of `left` bytes, fed as it arrives."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, length: int) -> None:
+        self.left = length
+
+    def feed(self, data: bytes) -> tuple[list[bytes], bytes | None]:
+        """The bytes of the body in `data`, and once it is complete the bytes after it (else None)."""
+        if len(data) < self.left:
+            self.left -= len(data)
+            return [data], None
+        piece, rest, self.left = data[:self.left], data[self.left:], 0
+        return [piece], rest
+
+
+SIZE, DATA, DATA_END, TRAILER, DONE = 0, 1, 2, 3, 4
+
+
+class Chunks:
+    """A chunked body, fed as it arrives: what comes out is every byte consumed, framing included
+    (or, with `dechunk`, the chunks' data alone), as soon as it arrived, so a chunk is never held
+    back for the next one. Raises BadMessage(502) on bad framing."""
+
+    __slots__ = ("buffer", "dechunk", "need", "state")
+
+    def __init__(self, dechunk: bool = False) -> None:
+        self.buffer = b""  # an incomplete line or chunk-ending CRLF
+        self.dechunk = dechunk
+        self.state, self.need = SIZE, 0
+
+    def feed(self, data: bytes) -> tuple[list[bytes], bytes | None]:
+        """Bytes to pass on, and once the body ended the bytes after it (else None)."""
+        buf = self.buffer + data if self.buffer else data
+        pieces: list[bytes] = []  # dechunked data
+        pos, size = 0, len(buf)
+        while pos < size:
+            if self.state == DATA:
+                take = min(self.need, size - pos)
+                pieces.append(buf[pos:pos + take])
+                pos, self.need = pos + take, self.need - take
+                if not self.need:
+                    self.state = DATA_END
+            elif self.state == DATA_END:
+                if size - pos < 2:
+                    break
+                if buf[pos:pos + 2] != CRLF:
+                    raise BadMessage(502, "chunk not followed by CRLF")
+                pos, self.state = pos + 2, SIZE
+            else:
+                end = self._line(buf, pos)
+                if end < 0:
+                    break
+                pos = end
+                if self.state == DONE:
+                    self.buffer = b""
+                    return (pieces if self.dechunk else [buf[:pos]]), buf[pos:]
+        self.buffer = buf[pos:]
+        return (pieces if self.dechunk else [buf[:pos]] if pos else []), None
+
+    def _line(self, buf: bytes, pos: int) -> int:
+        """A chunk size line or trailer line at `pos`: where the next thing starts, -1 until complete."""
+        end = buf.find(CRLF, pos)
+        if end < 0:
+            if len(buf) - pos > LINE_MAX:
+                raise BadMessage(502, "chunk line too long")
+            return -1
+        if self.state == TRAILER:
+            if end == pos:  # the empty line ending the trailer
+                self.state = DONE
+        else:
+            self.need = chunk_size(buf[pos:end + 2])
+            self.state = DATA if self.need else TRAILER
+        return end + 2

@@ -4,8 +4,11 @@ queue with its wait timeout, and each replica's pool of idle keep-alive connecti
 from __future__ import annotations
 
 import asyncio
+import functools
+import socket
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from dd_slurm.gateway.config import ReplicaTarget
 from dd_slurm.gateway.router import pick
@@ -16,6 +19,26 @@ IDLE_MAX_S = 2.0  # idle upstream connections older than this are dropped (uvico
 READ_LIMIT = 1 << 16
 
 
+class Reading(asyncio.BufferedProtocol):
+    """Reads into one buffer shared by every connection (asyncio fills it and reports how much in
+    one go, so it is never shared at once), then hands `data_received` a copy of what came.
+    A plain Protocol would have the event loop allocate 256 KiB per read: mmap, mremap and munmap,
+    three system calls per read."""
+
+    __slots__ = ()
+    BUFFER = bytearray(READ_LIMIT)
+    VIEW = memoryview(BUFFER)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.VIEW
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self.VIEW[:nbytes]))
+
+    def data_received(self, data: bytes) -> None:
+        raise NotImplementedError
+
+
 class Rejected(Exception):
     """No replica slot: `code` is queue_full or queue_timeout."""
 
@@ -24,54 +47,130 @@ class Rejected(Exception):
         self.code = code
 
 
-class Upstream:
-    """One connection to a replica."""
+class Upstream(Reading):
+    """One connection to a replica. While it serves a request, what the replica sends goes to that
+    request's `exchange`; while idle in the pool, anything the replica sends (its close included)
+    makes it unusable."""
 
-    __slots__ = ("idle_since", "reader", "writer")
+    __slots__ = ("closed", "exchange", "idle_since", "sock", "transport")
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer, self.idle_since = reader, writer, 0.0
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.transport: Any = None
+        self.exchange: Any = None
+        self.idle_since = 0.0
+        self.closed = False
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.exchange is not None:
+            self.exchange.upstream_data(data)
+        else:  # bytes nobody asked for: the connection's framing is lost
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        exchange, self.exchange = self.exchange, None
+        if exchange is not None:
+            exchange.upstream_closed(exc)
+
+    def pause_writing(self) -> None:  # a request body streams faster than the replica reads it
+        if self.exchange is not None:
+            self.exchange.client.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.client.transport.resume_reading()
+
+    def close(self) -> None:
+        self.exchange = None
+        self.closed = True
+        self.transport.close()
+
+    def reusable(self, now: float) -> bool:
+        """Idle, recent, and still open as far as the kernel knows: the replica's close (or stray
+        bytes) may be waiting in the socket before the event loop has seen it, so peek."""
+        if self.closed or self.transport.is_closing() or now - self.idle_since > IDLE_MAX_S:
+            return False
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return True  # nothing to read: open and quiet
+        except OSError:
+            return False
+        return False  # end of stream, or stray bytes
+
+
+async def open_upstream(host: str, port: int) -> Upstream:
+    """A new connection to host:port (every address it resolves to, in turn); OSError when none."""
+    loop = asyncio.get_running_loop()
+    error: OSError = OSError(f"{host}: no address")
+    for family, kind, proto, _, address in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+            _, conn = await loop.create_connection(functools.partial(Upstream, sock), sock=sock)
+            return conn
+        except OSError as err:
+            sock.close()
+            error = err
+        except BaseException:
+            sock.close()
+            raise
+    raise error
 
 
 class Replica:
     """A replica as the gateway tracks it: load, health, progress and idle connections."""
 
-    __slots__ = ("down_until", "host", "idle", "index", "inflight", "port", "progress", "stats", "target")
+    __slots__ = ("down_until", "host", "host_line", "idle", "index", "inflight", "port", "progress", "stats",
+                 "target")
 
     def __init__(self, target: ReplicaTarget, index: int) -> None:
         self.target, self.index = target, index
         self.host, self.port = target.host, target.port
+        self.host_line = b"host: %s:%d" % (self.host.encode(), self.port)
         self.inflight = 0
         self.down_until = 0.0
         self.progress = 0.0  # last response byte, or when in-flight went from 0 to 1
         self.stats = Counters()
         self.idle: list[Upstream] = []
 
-    async def connect(self, now: float, timeout: float) -> Upstream:
-        """A live idle connection, else a new one (OSError / TimeoutError when it cannot connect)."""
+    def take_idle(self, now: float) -> Upstream | None:
+        """The most recently used idle connection that is still good (the others are closed)."""
         while self.idle:
             conn = self.idle.pop()
-            if not (conn.reader.at_eof() or conn.writer.is_closing() or now - conn.idle_since > IDLE_MAX_S):
+            if conn.reusable(now):
                 return conn
-            conn.writer.close()
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=READ_LIMIT),
-                                                timeout)
-        return Upstream(reader, writer)
+            conn.close()
+        return None
+
+    async def connect(self, now: float, timeout: float) -> Upstream:
+        """A live idle connection, else a new one (OSError / TimeoutError when it cannot connect)."""
+        conn = self.take_idle(now)
+        if conn is None:
+            conn = await asyncio.wait_for(open_upstream(self.host, self.port), timeout)
+        return conn
 
     def keep(self, conn: Upstream, now: float) -> None:
+        conn.exchange = None
         conn.idle_since = now
         self.idle.append(conn)
 
     def close_idle(self) -> None:
         while self.idle:
-            self.idle.pop().writer.close()
+            self.idle.pop().close()
 
 
 class Waiter:
-    __slots__ = ("excluded", "future")
+    __slots__ = ("excluded", "future", "timer")
 
     def __init__(self, future: asyncio.Future, excluded: frozenset[int]) -> None:
         self.future, self.excluded = future, excluded
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class AliasPool:
@@ -106,34 +205,45 @@ class AliasPool:
         replica.stats.peak = max(replica.stats.peak, replica.inflight)
         return replica
 
-    async def acquire(self, excluded: frozenset[int] = frozenset()) -> Replica:
-        """A replica slot, now or after a FIFO wait; Rejected when the queue is full or the wait too long."""
-        replica = self._choose(excluded) if not self.waiters else None
-        if replica is not None:
-            return replica
+    def take(self, excluded: frozenset[int] = frozenset()) -> Replica | None:
+        """A replica slot now, or None: the caller must queue (nobody overtakes a waiter)."""
+        return self._choose(excluded) if not self.waiters else None
+
+    def enqueue(self, excluded: frozenset[int] = frozenset()) -> Waiter:
+        """A place in the FIFO queue, whose future gets a replica slot or Rejected("queue_timeout");
+        Rejected("queue_full") at once when the queue is full."""
         if len(self.waiters) >= self.queue_limit:
             self.stats.error("queue_full")
             raise Rejected("queue_full")
         loop = asyncio.get_running_loop()
         waiter = Waiter(loop.create_future(), excluded)
+        waiter.timer = loop.call_later(self.queue_timeout_s, self._expire, waiter)
         self.waiters.append(waiter)
         self.stats.peak = max(self.stats.peak, len(self.waiters))
-        timer = loop.call_later(self.queue_timeout_s, self._expire, waiter)
+        return waiter
+
+    async def acquire(self, excluded: frozenset[int] = frozenset()) -> Replica:
+        """A replica slot, now or after a FIFO wait; Rejected when the queue is full or the wait too long."""
+        replica = self.take(excluded)
+        if replica is not None:
+            return replica
+        waiter = self.enqueue(excluded)
         try:
             return await waiter.future
         except asyncio.CancelledError:
-            self._forget(waiter)
+            self.cancel(waiter)
             raise
-        finally:
-            timer.cancel()
 
     def _expire(self, waiter: Waiter) -> None:
         if not waiter.future.done():
-            self._forget(waiter)
+            self.cancel(waiter)
             self.stats.error("queue_timeout")
             waiter.future.set_exception(Rejected("queue_timeout"))
 
-    def _forget(self, waiter: Waiter) -> None:
+    def cancel(self, waiter: Waiter) -> None:
+        """The waiter gives up its place, or the slot it was handed already."""
+        if waiter.timer is not None:
+            waiter.timer.cancel()
         try:
             self.waiters.remove(waiter)
         except ValueError:  # already handed a slot: give it back
@@ -154,6 +264,8 @@ class AliasPool:
             if chosen is None:
                 return
             self.waiters.popleft()
+            if head.timer is not None:
+                head.timer.cancel()
             head.future.set_result(chosen)
 
     def stalled(self, now: float, timeout_s: float) -> list[Replica]:

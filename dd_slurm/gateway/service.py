@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dd_slurm.clock import Clock
 from dd_slurm.gateway.config import GatewayConfig
-from dd_slurm.gateway.pool import READ_LIMIT, AliasPool
+from dd_slurm.gateway.pool import AliasPool
 from dd_slurm.gateway.proxy import Proxy
 from dd_slurm.gateway.stats import report
 from dd_slurm.store.atomic import write_json_atomic
@@ -67,8 +67,8 @@ class Service:
         proxy = Proxy(self.pools, self.api_key, self.config.retry_after_s, self.config.connect_timeout_s,
                       self.clock.monotonic, self.stats)
         try:
-            server = await asyncio.start_server(proxy.serve, self.config.host, self.config.port, limit=READ_LIMIT,
-                                                backlog=1024)
+            server = await asyncio.get_running_loop().create_server(proxy.connection, self.config.host,
+                                                                    self.config.port, backlog=1024)
         except OSError as err:
             log(f"error: listen.port: cannot listen on {self.config.host}:{self.config.port} ({err.strerror})")
             return EXIT_LISTEN

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from math import log
 
 BUCKETS_PER_E = 1 / math.log(1.02)  # 2 % wide buckets: bounded memory, quantiles within 2 %
 
@@ -18,8 +19,9 @@ class Latency:
         self.count = 0
 
     def add(self, seconds: float) -> None:
-        key = int(math.log(max(seconds, 1e-6) * 1e6) * BUCKETS_PER_E)
-        self.buckets[key] = self.buckets.get(key, 0) + 1
+        key = int(log(seconds * 1e6 if seconds > 1e-6 else 1.0) * BUCKETS_PER_E)
+        buckets = self.buckets
+        buckets[key] = buckets.get(key, 0) + 1
         self.count += 1
 
     def quantile(self, q: float) -> float | None:
@@ -40,8 +42,11 @@ class Latency:
                 "p99_ms": None if p99 is None else round(p99 * 1000, 3)}
 
 
+CLASSES = tuple(f"{n}xx" for n in range(10))
+
+
 def status_class(status: int) -> str:
-    return f"{status // 100}xx"
+    return CLASSES[status // 100] if 0 <= status < 1000 else f"{status // 100}xx"
 
 
 class Counters:

@@ -6,7 +6,13 @@ asyncio process), each for a few seconds: direct to one replica, direct to four 
 spread by the client: the no-proxy baseline for four), through the gateway to one and to four,
 and through nginx `least_conn` to four (Debian's nginx, installed here if missing, run with its own
 config on loopback and stopped afterwards). "Added" latency is measured against the direct run
-with the same replicas, so the servers' own queueing cancels out."""
+with the same replicas, so the servers' own queueing cancels out.
+
+Every process shares the machine's cores, so each row's note also says where the CPU went in the
+measured window: microseconds of CPU per request of the load generator, the fake backends
+(together), and the gateway or nginx (master and worker), and how busy the whole machine was
+(anything else running on it included). A throughput goal missed on a saturated machine shows
+here as busy ~100 % with the shares that filled it."""
 
 from __future__ import annotations
 
@@ -19,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPACITY = int(os.environ.get("DD_SLURM_BENCH_CAPACITY", "8"))
@@ -99,24 +105,35 @@ class Processes:
             self.stop(proc)
 
 
-def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int]) -> int:
+def with_children(pid: int) -> list[int]:
+    """The process and its direct children (nginx: master and worker)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return [pid, *(int(c) for c in children)]
+
+
+def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int]) -> tuple[int, int]:
+    """(port, pid) of a gateway over `ports`."""
     config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
               "aliases": {"m": {"replicas": [{"deployment": "bench", "replica": i,
                                               "base_url": f"http://127.0.0.1:{p}/v1"} for i, p in enumerate(ports)]}},
               "state_path": str(tmp / f"{name}-state.json"), "stats_path": str(tmp / f"{name}-stats.json"),
               "stall_timeout_s": 60}
     (tmp / f"{name}.json").write_text(json.dumps(config))
-    procs.start([sys.executable, "-m", "dd_slurm.gateway", str(tmp / f"{name}.json")],
-                {**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = procs.start([sys.executable, "-m", "dd_slurm.gateway", str(tmp / f"{name}.json")],
+                       {**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 15
     while not (tmp / f"{name}-state.json").exists():
         if time.monotonic() > deadline:
             raise RuntimeError("the gateway never published its port")
         time.sleep(0.05)
-    return json.loads((tmp / f"{name}-state.json").read_text())["port"]
+    return json.loads((tmp / f"{name}-state.json").read_text())["port"], proc.pid
 
 
-def start_nginx(procs: Processes, tmp: Path, ports: list[int]) -> int | None:
+def start_nginx(procs: Processes, tmp: Path, ports: list[int]) -> tuple[int, int] | None:
+    """(port, master pid) of nginx least_conn over `ports`, None without nginx."""
     binary = nginx_binary()
     if not binary:
         return None
@@ -126,15 +143,17 @@ def start_nginx(procs: Processes, tmp: Path, ports: list[int]) -> int | None:
     home.chmod(0o755)
     servers = " ".join(f"server 127.0.0.1:{p};" for p in ports)
     (home / "nginx.conf").write_text(NGINX_CONF.format(tmp=home, servers=servers, port=port))
-    procs.start([binary, "-p", str(home), "-c", str(home / "nginx.conf")])
+    proc = procs.start([binary, "-p", str(home), "-c", str(home / "nginx.conf")])
     wait_listening(port)
-    return port
+    return port, proc.pid
 
 
-def load(port_paths: list[tuple[int, str]], connections: int) -> dict:
+def load(port_paths: list[tuple[int, str]], connections: int, cpu: dict[str, list[int]]) -> dict:
+    """One loadgen run; `cpu`: group name -> pids whose CPU time per request it reports."""
     targets = [f"127.0.0.1:{port}{path}" for port, path in port_paths]
+    groups = [f"--cpu={name}={','.join(str(p) for p in pids)}" for name, pids in cpu.items()]
     done = subprocess.run([sys.executable, "-m", "tests.bench.loadgen", "--connections", str(connections),
-                           "--seconds", str(SECONDS), "--warmup", str(WARMUP), *targets],
+                           "--seconds", str(SECONDS), "--warmup", str(WARMUP), *groups, *targets],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     return json.loads(done.stdout)
 
@@ -152,30 +171,45 @@ def gateway_benchmarks(row: Callable[..., dict]) -> list[dict]:
 def _measure(row: Callable[..., dict], procs: Processes, tmp: Path) -> list[dict]:
     model = str(ROOT / "dd_slurm" / "testing" / "fake_model.py")
     ports = [free_port() for _ in range(4)]
-    for port in ports:
-        procs.start([sys.executable, model, "--host", "127.0.0.1", "--port", str(port), "--model", "m",
-                     "--capacity", str(CAPACITY), "--latency-s", str(LATENCY_S)])
+    backends = [procs.start([sys.executable, model, "--host", "127.0.0.1", "--port", str(port), "--model", "m",
+                             "--capacity", str(CAPACITY), "--latency-s", str(LATENCY_S)]).pid for port in ports]
     for port in ports:
         wait_listening(port)
-    setups = {"direct, 1 replica": [(ports[0], PATH)],
-              "direct, 4 replicas (client spreads)": [(p, PATH) for p in ports],
-              "gateway, 1 replica": [(start_gateway(procs, tmp, "gw1", ports[:1]), "/m" + PATH)],
-              "gateway, 4 replicas": [(start_gateway(procs, tmp, "gw4", ports), "/m" + PATH)]}
+    (gw1, gw1_pid), (gw4, gw4_pid) = start_gateway(procs, tmp, "gw1", ports[:1]), start_gateway(procs, tmp, "gw4", ports)
+    setups = {"direct, 1 replica": ([(ports[0], PATH)], {"backends": backends[:1]}),
+              "direct, 4 replicas (client spreads)": ([(p, PATH) for p in ports], {"backends": backends}),
+              "gateway, 1 replica": ([(gw1, "/m" + PATH)], {"backends": backends[:1], "gateway": [gw1_pid]}),
+              "gateway, 4 replicas": ([(gw4, "/m" + PATH)], {"backends": backends, "gateway": [gw4_pid]})}
     nginx = start_nginx(procs, tmp, ports)
     if nginx:
-        setups["nginx least_conn, 4 replicas"] = [(nginx, "/m" + PATH)]
+        setups["nginx least_conn, 4 replicas"] = ([(nginx[0], "/m" + PATH)],
+                                                  {"backends": backends, "nginx": with_children(nginx[1])})
     rows = []
     for connections in CONCURRENCY:
         found: dict[str, list[dict]] = {label: [] for label in setups}
         for _ in range(RUNS):
-            for label, targets in setups.items():
-                found[label].append(load(targets, connections))
+            for label, (targets, cpu) in setups.items():
+                found[label].append(load(targets, connections, cpu))
         rows += _rows(row, connections, found)
     return rows
 
 
 def median_of(results: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in results)
+
+
+def cpu_note(results: list[dict]) -> str:
+    """Median CPU microseconds per request of each process group (of which in the kernel), the share
+    of the machine's cores they used together, and the machine's busy share (anything else running
+    on it included)."""
+    names = results[0]["cpu_us_per_request"]
+    median = lambda key, name: statistics.median(r[key][name] for r in results)
+    shares = ", ".join(f"{name} {median('cpu_us_per_request', name):.0f} ({median('sys_us_per_request', name):.0f} sys)"
+                       for name in names)
+    busy = statistics.median(r["machine_busy"] for r in results)
+    cores = results[0]["cores"]
+    ours = statistics.median(sum(r["cpu_us_per_request"].values()) * r["rps"] / 1e6 / cores for r in results)
+    return f"CPU µs/req: {shares}; these processes {ours:.0%} of the {cores} cores, the machine busy {busy:.0%}"
 
 
 def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict]]) -> list[dict]:
@@ -190,7 +224,7 @@ def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict
         added = "" if label.startswith("direct") else (
             f"added p50 {got['p50_ms'] - base['p50_ms']:+.1f} ms, p99 {got['p99_ms'] - base['p99_ms']:+.1f} ms; ")
         errors = sum(r["errors"] for r in results)
-        note = f"{added}p50 {got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, non-200: {errors}"
+        note = f"{added}p50 {got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, non-200: {errors}; {cpu_note(results)}"
         goal = "added p50 <= 2 ms" if label.startswith("gateway") else ""
         if label == "gateway, 4 replicas":
             goal += f"; >= 3.6x one replica: x{got['rps'] / one['rps']:.2f}"

@@ -43,6 +43,13 @@ def read_message(sock: socket.socket, buffer: bytearray) -> bytes | None:
     return message
 
 
+def wait_for(predicate, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.01)
+
+
 def response(status: int = 200, body: bytes = b'{"ok": true}', headers: tuple[str, ...] = ()) -> bytes:
     lines = [f"HTTP/1.1 {status} X", "Content-Type: application/json", f"Content-Length: {len(body)}", *headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
@@ -73,6 +80,7 @@ class Backend:
         self.behaviour = behaviour
         self.requests: list[bytes] = []
         self.connections = 0
+        self.closed = 0  # connections this backend has closed
         self.release = threading.Event()  # behaviours that hold a request wait on this
         self.lock = threading.Lock()
         self.listener = socket.create_server(("127.0.0.1", 0), backlog=256)
@@ -118,6 +126,8 @@ class Backend:
             return
         finally:
             conn.close()
+            with self.lock:
+                self.closed += 1
 
     def close(self) -> None:
         self.release.set()

@@ -78,3 +78,53 @@ def test_malformed_chunk_sizes_are_refused(line) -> None:
     """A chunk size that is not hex is a framing error."""
     with pytest.raises(BadMessage):
         http1.chunk_size(line)
+
+
+def chunked(pieces: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces if p) + b"0\r\nX-Trailer: 1\r\n\r\n"
+
+
+def feed_in_pieces(framing, data: bytes, cuts: list[int]) -> tuple[bytes, bytes | None]:
+    out, rest, start = [], None, 0
+    for end in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
+        pieces, rest = framing.feed(data[start:end])
+        out += pieces
+        start = end
+        if rest is not None:
+            return b"".join(out), rest + data[end:]
+    return b"".join(out), rest
+
+
+@given(st.lists(st.binary(max_size=40), max_size=6), st.lists(st.integers(0, 10**6), max_size=8))
+def test_chunked_bodies_come_out_whole_however_they_arrive(pieces, cuts) -> None:
+    """Fed in any pieces, a chunked body comes out byte for byte (framing and trailer included),
+    or dechunked as its data alone; what follows the body is handed back untouched."""
+    body = chunked(pieces)
+    passed = feed_in_pieces(http1.Chunks(), body + b"NEXT", cuts)
+    dechunked = feed_in_pieces(http1.Chunks(dechunk=True), body + b"NEXT", cuts)
+    assert ((body, b"NEXT"), (b"".join(pieces), b"NEXT")) == (passed, dechunked)
+
+
+@given(st.integers(0, 100), st.lists(st.integers(0, 10**6), max_size=5))
+def test_counted_bodies_end_at_their_length(length, cuts) -> None:
+    """A Content-Length body ends after exactly that many bytes, however they arrive."""
+    data = bytes(range(length)) + b"NEXT"
+    assert (data[:length], data[length:]) == feed_in_pieces(http1.Counted(length), data, cuts)
+
+
+@pytest.mark.parametrize("body", [b"3\r\nabcX\r\n0\r\n\r\n", b"zz\r\n", b"1" * 70000])
+def test_malformed_chunked_bodies_are_refused(body) -> None:
+    """A chunk not followed by CRLF, a size that is not hex, or an endless size line is a framing error."""
+    with pytest.raises(BadMessage):
+        http1.Chunks().feed(body)
+
+
+def test_a_response_head_is_relayed_as_received_when_it_can_be() -> None:
+    """An HTTP/1.1 response head without hop-by-hop headers goes out as received (plus
+    `connection: close` when asked); one with them is rebuilt without them."""
+    raw = b"HTTP/1.1 200 OK\r\nDate: x\r\nContent-Length: 2\r\n\r\n"
+    hop = b"HTTP/1.0 200 OK\r\nKeep-Alive: 5\r\nContent-Length: 2\r\n\r\n"
+    assert (raw, raw[:-2] + b"connection: close\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n") == (
+        http1.forward_response_head(http1.parse_response(raw, b"GET"), frozenset(), False),
+        http1.forward_response_head(http1.parse_response(raw, b"GET"), frozenset(), True),
+        http1.forward_response_head(http1.parse_response(hop, b"GET"), frozenset(), False))

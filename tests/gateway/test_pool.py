@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 
 import pytest
 
 from dd_slurm.clock import FakeClock
 from dd_slurm.gateway.config import ReplicaTarget
-from dd_slurm.gateway.pool import AliasPool, Rejected
+from dd_slurm.gateway.pool import AliasPool, Rejected, open_upstream
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,3 +84,27 @@ def test_a_replica_that_refused_is_skipped_while_cooling_down() -> None:
         return chosen
 
     assert [1, 0] == asyncio.run(scenario())
+
+
+def test_a_pooled_connection_the_replica_closed_is_never_reused() -> None:
+    """An idle connection whose replica closed it is not handed out again, even when the event
+    loop has not yet seen the close (the socket is peeked); a quiet open one is."""
+    async def scenario() -> tuple[bool, bool]:
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        replica = pool(caps=(2,)).replicas[0]
+        replica.port = port
+        first, second = await open_upstream("127.0.0.1", port), await open_upstream("127.0.0.1", port)
+        accepted = [listener.accept()[0], listener.accept()[0]]
+        replica.keep(first, 1000.0)
+        replica.keep(second, 1000.0)
+        accepted[1].close()  # `second` is the most recent: offered first, but closed by now
+        time.sleep(0.05)  # the FIN reaches the kernel; the loop does not run meanwhile
+        reused = replica.take_idle(1000.5)
+        got = (reused is first, replica.take_idle(1000.5) is None)
+        first.close()
+        accepted[0].close()
+        listener.close()
+        return got
+
+    assert (True, True) == asyncio.run(scenario())

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.gateway.backends import Backend, Client, Gateway, answer, close_after_read, closed_port, replica, response
+from tests.gateway.backends import Backend, Client, Gateway, answer, close_after_read, closed_port, replica, response, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,13 +52,6 @@ def world(tmp_path):
 def held(backend: Backend) -> Backend:
     backend.behaviour = backend.hold()
     return backend
-
-
-def wait_for(predicate, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.01)
 
 
 def test_forwards_path_headers_and_body_unchanged_but_host(world) -> None:
