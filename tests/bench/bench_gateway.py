@@ -2,17 +2,18 @@
 
 Four fake model servers (capacity CAPACITY requests at once, the rest queued as vLLM does, 50 ms
 each) on loopback. At 64 and 256 concurrent keep-alive connections (the load generator is its own
-asyncio process), each for a few seconds: direct to one replica, direct to four (connections
-spread by the client: the no-proxy baseline for four), through the gateway to one and to four,
-and through nginx `least_conn` to four (Debian's nginx, installed here if missing, run with its own
-config on loopback and stopped afterwards). "Added" latency is measured against the direct run
-with the same replicas, so the servers' own queueing cancels out.
+asyncio process), each run long enough to count MIN_REQUESTS (3 s, or ~11 s for one replica):
+direct to one replica, direct to four (connections spread by the client: the no-proxy baseline for
+four), through the gateway to one and to four, and through nginx `least_conn` to four (Debian's
+nginx, installed here if missing, run with its own config on loopback and stopped afterwards).
+"Added" latency is measured against the direct run with the same replicas in the same round (the
+median of those paired differences), so the servers' own queueing cancels out.
 
 Every process shares the machine's cores, so each row's note also says where the CPU went in the
 measured window: microseconds of CPU per request of the load generator, the fake backends
 (together), and the gateway or nginx (master and worker), and how busy the whole machine was
-(anything else running on it included). A throughput goal missed on a saturated machine shows
-here as busy ~100 % with the shares that filled it."""
+(anything else running on it included). A throughput goal missed on a saturated machine shows here
+as busy ~100 % with the shares that filled it."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CAPACITY = int(os.environ.get("DD_SLURM_BENCH_CAPACITY", "8"))
 LATENCY_S = 0.05
 SECONDS, WARMUP = 3.0, 1.0
+# Each run counts at least this many requests: with one replica (~157 req/s) 3 s hold ~470, and at
+# 256 concurrent a p50 of ~1.6 s is N/throughput, so one request more or less moves it ~3.4 ms,
+# more than the 2 ms goal it is held to. One replica's runs are longer instead.
+MIN_REQUESTS = 1800
 RUNS = 3  # each setup this many times, interleaved, so that noise from other load spreads evenly
 CONCURRENCY = (64, 256)
 PATH = "/v1/chat/completions"
@@ -148,12 +153,13 @@ def start_nginx(procs: Processes, tmp: Path, ports: list[int]) -> tuple[int, int
     return port, proc.pid
 
 
-def load(port_paths: list[tuple[int, str]], connections: int, cpu: dict[str, list[int]]) -> dict:
+def load(port_paths: list[tuple[int, str]], connections: int, cpu: dict[str, list[int]],
+         seconds: float = SECONDS) -> dict:
     """One loadgen run; `cpu`: group name -> pids whose CPU time per request it reports."""
     targets = [f"127.0.0.1:{port}{path}" for port, path in port_paths]
     groups = [f"--cpu={name}={','.join(str(p) for p in pids)}" for name, pids in cpu.items()]
     done = subprocess.run([sys.executable, "-m", "tests.bench.loadgen", "--connections", str(connections),
-                           "--seconds", str(SECONDS), "--warmup", str(WARMUP), *groups, *targets],
+                           "--seconds", str(seconds), "--warmup", str(WARMUP), *groups, *targets],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     return json.loads(done.stdout)
 
@@ -189,9 +195,14 @@ def _measure(row: Callable[..., dict], procs: Processes, tmp: Path) -> list[dict
         found: dict[str, list[dict]] = {label: [] for label in setups}
         for _ in range(RUNS):
             for label, (targets, cpu) in setups.items():
-                found[label].append(load(targets, connections, cpu))
+                found[label].append(load(targets, connections, cpu, seconds_for(cpu["backends"])))
         rows += _rows(row, connections, found)
     return rows
+
+
+def seconds_for(backends: list[int]) -> float:
+    """A run long enough to count MIN_REQUESTS at the backends' capacity (CAPACITY / LATENCY_S each)."""
+    return max(SECONDS, MIN_REQUESTS / (len(backends) * CAPACITY / LATENCY_S))
 
 
 def median_of(results: list[dict], key: str) -> float:
@@ -212,17 +223,24 @@ def cpu_note(results: list[dict]) -> str:
     return f"CPU µs/req: {shares}; these processes {ours:.0%} of the {cores} cores, the machine busy {busy:.0%}"
 
 
+def paired(results: list[dict], direct: list[dict], key: str) -> float:
+    """The median over runs of each run's difference from the direct run of the same round (the
+    rounds are interleaved, so drift in the machine's load cancels within a pair)."""
+    return statistics.median(r[key] - d[key] for r, d in zip(results, direct))
+
+
 def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict]]) -> list[dict]:
     """One row per setup: req/s over the runs; the note gives median p50/p99 and the added latency
-    against the direct run with as many replicas."""
+    against the direct runs with as many replicas (paired run by run)."""
     med = {label: {k: median_of(results, k) for k in ("rps", "p50_ms", "p99_ms")} for label, results in found.items()}
-    one, four = med["direct, 1 replica"], med["direct, 4 replicas (client spreads)"]
+    one = med["direct, 1 replica"]
     nginx = med.get("nginx least_conn, 4 replicas")
     rows = []
     for label, results in found.items():
-        got, base = med[label], one if "1 replica" in label else four
+        got = med[label]
+        direct = found["direct, 1 replica" if "1 replica" in label else "direct, 4 replicas (client spreads)"]
         added = "" if label.startswith("direct") else (
-            f"added p50 {got['p50_ms'] - base['p50_ms']:+.1f} ms, p99 {got['p99_ms'] - base['p99_ms']:+.1f} ms; ")
+            f"added p50 {paired(results, direct, 'p50_ms'):+.1f} ms, p99 {paired(results, direct, 'p99_ms'):+.1f} ms; ")
         errors = sum(r["errors"] for r in results)
         note = f"{added}p50 {got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, non-200: {errors}; {cpu_note(results)}"
         goal = "added p50 <= 2 ms" if label.startswith("gateway") else ""
