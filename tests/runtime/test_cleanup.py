@@ -81,10 +81,19 @@ def test_a_log_dir_that_became_unusable_is_recorded(tmp_path, fake_slurm) -> Non
 
 
 def test_running_cleanup_again_stops_nothing_new(tmp_path, fake_slurm) -> None:
-    """A second run finds nothing alive, signals nothing, and counts itself."""
+    """In the same supervisor (its table knows the server it stopped), a second run finds nothing
+    alive, signals nothing (no scancel; the first run's did signal), and counts itself."""
     staged, clock, table, runner = _setup(tmp_path, fake_slurm)
-    first = _cleanup(staged, clock, table, runner).run([["server"]], "failed", "test")
-    second = _cleanup(staged, clock, table, runner).run([["server"]], "failed", "test")
+    signalled: list[tuple] = []
+
+    def record(names, sig, timeout_s=None):
+        signalled.append((tuple(names), sig))
+        return []
+
+    first = _cleanup(staged, clock, table, runner, record).run([["server"]], "failed", "test")
+    by_first = list(signalled)
+    second = _cleanup(staged, clock, table, runner, record).run([["server"]], "failed", "test")
+    assert ([(("server",), "TERM")], by_first) == (by_first, signalled)
     assert (1, 2) == (first.runs, second.runs)
     assert "exited -15 before cleanup" == second.processes[0].how
     assert ("clean", ()) == (second.verdict, second.leftovers_found)
