@@ -10,15 +10,12 @@ import time
 
 import pytest
 
-from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
-from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.processes import ProcessTable
-from dd_slurm.scheduler.render import interpreter
 from dd_slurm.store.cleanup_report import read_report
 from tests.faults.matrix import CELLS, Cell, check_cell_aftermath, wait_for_state
-from tests.runtime.harness import NODES, allocation_env, no_leftovers, plan_data, stage_plan, supervisor_argv
+from tests.runtime.harness import NODES, allocation_env, fake_step_runner, no_leftovers, plan_data, stage_plan, supervisor_argv
 
 SIGNALS = {"sigterm": signal.SIGTERM, "sigusr1": signal.SIGUSR1}
 
@@ -87,10 +84,7 @@ def test_cleanup_called_twice_does_nothing_new(tmp_path, fake_slurm) -> None:
     signalled = []
     clock = Clock()
     table = ProcessTable(staged.attempt_dir, clock)
-    runner = StepRunner(table=table, clock=clock, attempt_dir=staged.attempt_dir, srun=str(fake_slurm.bin_dir / "srun"),
-                        job_id="4242", interpreter=interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest),
-                        entry=str(staged.bundle_dir / "entry.py"),
-                        srun_env={"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})
+    runner = fake_step_runner(staged, table, clock, fake_slurm.bin_dir)
     again = Cleanup(attempt_dir=staged.attempt_dir, table=table, runner=runner, clock=clock, grace_s=1.0,
                     nodes=NODES[:1], attempt_id=staged.attempt_id,
                     signal_steps=lambda names, sig, timeout_s=None: signalled.append((names, sig)) or [],

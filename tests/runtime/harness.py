@@ -127,3 +127,15 @@ def servers_started(attempt_dir: Path) -> list[str]:
 def no_leftovers(attempt_id: str) -> list[dict]:
     """Processes anywhere on this machine carrying the attempt's id (the fake nodes are all here)."""
     return [p for p in leftovers(attempt_id) if p["pid"] != os.getpid()]
+
+
+def fake_step_runner(staged, table, clock: Clock, bin_dir: Path):
+    """The step runner a supervisor of `staged` would have, on the fake srun in `bin_dir` (job 4242)."""
+    from dd_slurm.bundle.manifest import entry_sha256
+    from dd_slurm.runtime.launch import StepRunner
+    from dd_slurm.scheduler.render import interpreter
+
+    return StepRunner(table=table, clock=clock, attempt_dir=staged.attempt_dir, srun=str(Path(bin_dir) / "srun"),
+                      job_id="4242", interpreter=interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest),
+                      entry=str(staged.bundle_dir / "entry.py"),
+                      srun_env={"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})

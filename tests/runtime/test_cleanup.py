@@ -6,16 +6,13 @@ import json
 import shutil
 import sys
 
-from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
-from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.run import run_attempt
-from dd_slurm.scheduler.render import interpreter
 from dd_slurm.store.cleanup_report import read_report
 from tests.runtime.harness import NODES as FAKE_NODES
-from tests.runtime.harness import allocation_env, journal, no_leftovers, plan_data, stage_plan
+from tests.runtime.harness import allocation_env, fake_step_runner, journal, no_leftovers, plan_data, stage_plan
 
 NODES = ("127.0.2.1", "127.0.2.2")
 
@@ -24,10 +21,7 @@ def _setup(tmp_path, fake_slurm):
     staged = stage_plan(tmp_path, plan_data("single-node"))
     clock = Clock()
     table = ProcessTable(staged.attempt_dir, clock)
-    runner = StepRunner(table=table, clock=clock, attempt_dir=staged.attempt_dir, srun=str(fake_slurm.bin_dir / "srun"),
-                        job_id="4242", interpreter=interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest),
-                        entry=str(staged.bundle_dir / "entry.py"),
-                        srun_env={"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id})
+    runner = fake_step_runner(staged, table, clock, fake_slurm.bin_dir)
     env = {"PATH": "/usr/bin:/bin", "DD_SLURM_ATTEMPT_ID": staged.attempt_id, "DD_SLURM_ROLE": "server"}
     table.spawn("server", [sys.executable, "-c", "import time; time.sleep(60)"], env, staged.attempt_dir / "logs" / "s.log")
     return staged, clock, table, runner

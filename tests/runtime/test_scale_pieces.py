@@ -66,17 +66,22 @@ def test_wait_all_reaps_every_exit_and_records_them(tmp_path) -> None:
         table.procs["slow"].popen.wait()
 
 
-def test_batched_listener_check_answers_each_port_as_the_single_check_does(tmp_path) -> None:
-    """Two requests on one node, one port listened by a child of this test and one nobody
-    listens on, get the same answers from check_listeners as from check_listener one by one."""
+def listening_child() -> tuple[subprocess.Popen, int, dict]:
+    """A child of this test listening on a loopback port: (process, port, its pid/start_time/pgid)."""
     server = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
                                "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); "
                                "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    port = int(server.stdout.readline())
+    start = int(open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+    return server, port, {"pid": server.pid, "start_time": start, "pgid": os.getpgid(server.pid)}
+
+
+def test_batched_listener_check_answers_each_port_as_the_single_check_does(tmp_path) -> None:
+    """Two requests on one node, one port listened by a child of this test and one nobody
+    listens on, get the same answers from check_listeners as from check_listener one by one."""
+    server, port, identity = listening_child()
     try:
-        port = int(server.stdout.readline())
-        start = int(open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()[19])
-        requests = {"ours": {"port": port, "pid": server.pid, "start_time": start, "pgid": os.getpgid(server.pid)},
-                    "none": {"port": 1, "pid": server.pid, "start_time": start, "pgid": os.getpgid(server.pid)}}
+        requests = {"ours": {"port": port, **identity}, "none": {"port": 1, **identity}}
         batched = check_listeners(requests, "127.0.0.1")
         assert {name: check_listener(r, "127.0.0.1") for name, r in requests.items()} == batched
         assert (True, False) == (batched["ours"]["ours"], batched["none"]["ours"])
@@ -122,13 +127,9 @@ def test_the_supervisors_own_node_is_checked_without_a_step_and_the_others_in_on
 
     from dd_slurm.runtime.replica_checks import node_answers
 
-    server = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
-                               "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); "
-                               "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    server, port, identity = listening_child()
     try:
-        port = int(server.stdout.readline())
-        start = int(open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()[19])
-        here = {"small-0": {"port": port, "pid": server.pid, "start_time": start, "pgid": os.getpgid(server.pid)}}
+        here = {"small-0": {"port": port, **identity}}
         there = {"small-1": {"port": 1, "pid": 1, "start_time": 1, "pgid": 1}}
         remote = {"n2": {"node": "n2", "checks": {"small-1": {"ours": True}}}, "localhost": {"node": "localhost"}}
         runner = RecordingRunner(remote)
