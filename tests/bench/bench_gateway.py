@@ -37,7 +37,10 @@ SECONDS, WARMUP = 3.0, 1.0
 # 256 concurrent a p50 of ~1.6 s is N/throughput, so one request more or less moves it ~3.4 ms,
 # more than the 2 ms goal it is held to. One replica's runs are longer instead.
 MIN_REQUESTS = 1800
-RUNS = 3  # each setup this many times, interleaved, so that noise from other load spreads evenly
+# Each setup this many times, interleaved, so that noise from other load spreads evenly. At one
+# replica and 256 concurrent the server's queue order alone moves a run's p50 by a few ms (the mean
+# is held by Little's law), so the note gives every round's difference and the added mean too.
+RUNS = 5
 CONCURRENCY = (64, 256)
 PATH = "/v1/chat/completions"
 NGINX_CONF = """worker_processes 1;
@@ -229,6 +232,13 @@ def paired(results: list[dict], direct: list[dict], key: str) -> float:
     return statistics.median(r[key] - d[key] for r, d in zip(results, direct))
 
 
+def added_note(results: list[dict], direct: list[dict]) -> str:
+    """The added p50 (and each round's), p99 and mean against the direct runs, paired by round."""
+    rounds = " ".join(f"{r['p50_ms'] - d['p50_ms']:+.1f}" for r, d in zip(results, direct))
+    return (f"added p50 {paired(results, direct, 'p50_ms'):+.1f} ms (rounds {rounds}), "
+            f"p99 {paired(results, direct, 'p99_ms'):+.1f} ms, mean {paired(results, direct, 'mean_ms'):+.1f} ms; ")
+
+
 def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict]]) -> list[dict]:
     """One row per setup: req/s over the runs; the note gives median p50/p99 and the added latency
     against the direct runs with as many replicas (paired run by run)."""
@@ -239,8 +249,7 @@ def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict
     for label, results in found.items():
         got = med[label]
         direct = found["direct, 1 replica" if "1 replica" in label else "direct, 4 replicas (client spreads)"]
-        added = "" if label.startswith("direct") else (
-            f"added p50 {paired(results, direct, 'p50_ms'):+.1f} ms, p99 {paired(results, direct, 'p99_ms'):+.1f} ms; ")
+        added = "" if label.startswith("direct") else added_note(results, direct)
         errors = sum(r["errors"] for r in results)
         note = f"{added}p50 {got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, non-200: {errors}; {cpu_note(results)}"
         goal = "added p50 <= 2 ms" if label.startswith("gateway") else ""

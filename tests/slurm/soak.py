@@ -184,6 +184,15 @@ def _moves(attempt_dir: Path) -> dict[str, dict]:
     return {e["to"]: e for e in read_journal(attempt_dir / "journal.jsonl") if e.get("kind") == "transition"}
 
 
+def _batch_started(attempt_dir: Path) -> float:
+    """When the batch step's process started (the supervisor is that process, exec'd); -inf when
+    it never wrote its record, so that no fault counts as fired before it."""
+    try:
+        return float(json.loads((attempt_dir / "supervisor.json").read_text())["started_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return float("-inf")
+
+
 def expected(trial: Trial) -> set[tuple[str, str]]:
     """What the attempt may end as, given its fault and when it fired. Once the client has exited,
     the work is done: a later fault changes nothing (or, for the supervisor, leaves cleanup)."""
@@ -194,6 +203,8 @@ def expected(trial: Trial) -> set[tuple[str, str]]:
     found = set(EXPECTED[trial.fault])
     if trial.fault in ("scancel", "usr1_batch", "cancel_storm"):  # landed before the first instruction
         found |= {("cancelled", "supervisor_lost"), ("failed", "supervisor_lost")}
+    if trial.fault == "usr1_batch" and trial.fired_at < _batch_started(trial.attempt_dir):
+        found.add(("succeeded", "ok"))  # slurmd drops a batch step's signal that comes before the batch step
     finished = moves.get("finalize", {}).get("ts")
     if trial.fault == "kill_supervisor":
         return decided | found if "done" in moves else found
