@@ -7,7 +7,7 @@ serves only after every follower has joined its coordination port; followers ope
 exit when the leader goes away; the leader exits non-zero when a follower goes away.
 
 Capacity as a GPU server has it: `--capacity N` requests are served at once, each taking
-`--latency-s`; the rest wait unboundedly, as vLLM queues them. With `--api-key-var NAME` and NAME set
+`--latency-s`; the rest wait unboundedly and are served first come, first served, as vLLM queues them. With `--api-key-var NAME` and NAME set
 in its environment, `/v1/*` requires `Authorization: Bearer <key>` (vLLM's VLLM_API_KEY). `GET /stats`
 counts the completion requests received; `--request-log FILE` appends one line per such request.
 `"stream": true` answers server-sent events, chunked.
@@ -16,6 +16,7 @@ counts the completion requests received; `--request-log FILE` appends one line p
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import hashlib
 import json
@@ -187,6 +188,34 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+class FifoSlots:
+    """At most `capacity` holders; the others wait in the order they came. A release hands its
+    slot to the oldest waiter, so a newcomer never takes it first (a threading.Semaphore lets a
+    running thread barge in ahead of those already waiting, which vLLM's queue does not)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.free = capacity
+        self.lock = threading.Lock()
+        self.waiting: collections.deque[threading.Lock] = collections.deque()
+
+    def __enter__(self) -> None:
+        with self.lock:
+            if self.free and not self.waiting:
+                self.free -= 1
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self.waiting.append(turn)
+        turn.acquire()  # released by the holder that hands its slot on
+
+    def __exit__(self, *_exc: object) -> None:
+        with self.lock:
+            if self.waiting:
+                self.waiting.popleft().release()
+            else:
+                self.free += 1
+
+
 class ModelServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -200,7 +229,7 @@ class ModelServer(ThreadingHTTPServer):
         self.by_path: dict[str, int] = {}
         self.serving = self.peak_serving = 0
         self.lock = threading.Lock()
-        self.slots = threading.BoundedSemaphore(args.capacity) if args.capacity else contextlib.nullcontext()
+        self.slots = FifoSlots(args.capacity) if args.capacity else contextlib.nullcontext()
         self.api_key = os.environ.get(args.api_key_var) if args.api_key_var else None
 
     @contextlib.contextmanager

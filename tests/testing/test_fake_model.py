@@ -202,3 +202,29 @@ def test_stall_after_requests_holds_requests_while_health_answers(procs) -> None
         request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=b'{"prompt": "x"}')
         urllib.request.urlopen(request, timeout=0.5)
     assert 200 == get(port, "/health")[0]
+
+
+@pytest.mark.timeout(10)
+def test_capacity_queue_is_first_come_first_served() -> None:
+    """A released slot goes to the request already waiting, not to one that comes at that moment
+    (vLLM's queue is FIFO): the holder releases and at once asks again, yet the waiter goes first."""
+    import threading
+
+    from dd_slurm.testing.fake_model import FifoSlots
+
+    slots, order = FifoSlots(1), []
+
+    def waiter() -> None:
+        with slots:
+            order.append("waiting since before the release")
+
+    slots.__enter__()
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    while not slots.waiting:
+        time.sleep(0.001)
+    slots.__exit__(None, None, None)
+    with slots:
+        order.append("came at the release")
+    thread.join()
+    assert ["waiting since before the release", "came at the release"] == order
