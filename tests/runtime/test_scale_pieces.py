@@ -3,11 +3,13 @@ process records written once per batch, the batched listener check, the launcher
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -66,28 +68,30 @@ def test_wait_all_reaps_every_exit_and_records_them(tmp_path) -> None:
         table.procs["slow"].popen.wait()
 
 
-def listening_child() -> tuple[subprocess.Popen, int, dict]:
-    """A child of this test listening on a loopback port: (process, port, its pid/start_time/pgid)."""
+@contextlib.contextmanager
+def listening_child() -> Iterator[tuple[int, dict]]:
+    """A child of this test listening on a loopback port: (port, its pid/start_time/pgid); killed
+    and waited for on the way out, even when it never said its port."""
     server = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
                                "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); "
                                "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
-    port = int(server.stdout.readline())
-    start = int(open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()[19])
-    return server, port, {"pid": server.pid, "start_time": start, "pgid": os.getpgid(server.pid)}
+    try:
+        port = int(server.stdout.readline())
+        start = int(open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        yield port, {"pid": server.pid, "start_time": start, "pgid": os.getpgid(server.pid)}
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_batched_listener_check_answers_each_port_as_the_single_check_does(tmp_path) -> None:
     """Two requests on one node, one port listened by a child of this test and one nobody
     listens on, get the same answers from check_listeners as from check_listener one by one."""
-    server, port, identity = listening_child()
-    try:
+    with listening_child() as (port, identity):
         requests = {"ours": {"port": port, **identity}, "none": {"port": 1, **identity}}
         batched = check_listeners(requests, "127.0.0.1")
         assert {name: check_listener(r, "127.0.0.1") for name, r in requests.items()} == batched
         assert (True, False) == (batched["ours"]["ours"], batched["none"]["ours"])
-    finally:
-        server.kill()
-        server.wait()
 
 
 def test_identity_problem_reads_the_replica_out_of_its_node_answer() -> None:
@@ -127,8 +131,7 @@ def test_the_supervisors_own_node_is_checked_without_a_step_and_the_others_in_on
 
     from dd_slurm.runtime.replica_checks import node_answers
 
-    server, port, identity = listening_child()
-    try:
+    with listening_child() as (port, identity):
         here = {"small-0": {"port": port, **identity}}
         there = {"small-1": {"port": 1, "pid": 1, "start_time": 1, "pgid": 1}}
         remote = {"n2": {"node": "n2", "checks": {"small-1": {"ours": True}}}, "localhost": {"node": "localhost"}}
@@ -141,6 +144,3 @@ def test_the_supervisors_own_node_is_checked_without_a_step_and_the_others_in_on
         assert ((({"localhost": local}, None)), ({"localhost": local, "n2": remote["n2"]}, None),
                 [(("n2",), "_identity", "identity-2", {"n2": there})], True) == \
             (alone, both, runner.calls, local["checks"]["small-0"]["ours"])
-    finally:
-        server.kill()
-        server.wait()
