@@ -7,10 +7,11 @@ serves only after every follower has joined its coordination port; followers ope
 exit when the leader goes away; the leader exits non-zero when a follower goes away.
 
 Capacity as a GPU server has it: `--capacity N` requests are served at once, each taking
-`--latency-s`; the rest wait unboundedly and are served first come, first served, as vLLM queues them. With `--api-key-var NAME` and NAME set
-in its environment, `/v1/*` requires `Authorization: Bearer <key>` (vLLM's VLLM_API_KEY). `GET /stats`
-counts the completion requests received; `--request-log FILE` appends one line per such request.
-`"stream": true` answers server-sent events, chunked.
+`--latency-s`; the rest wait unboundedly and are served first come, first served, as vLLM queues
+them. With `--api-key-var NAME` and NAME set in its environment, `/v1/*` requires
+`Authorization: Bearer <key>` (vLLM's VLLM_API_KEY). `GET /stats` counts the completion requests
+received; `--request-log FILE` appends one line per such request. `"stream": true` answers
+server-sent events, chunked.
 """
 
 from __future__ import annotations
