@@ -204,7 +204,7 @@ def expected(trial: Trial) -> set[tuple[str, str]]:
     if trial.fault in ("scancel", "usr1_batch", "cancel_storm"):  # landed before the first instruction
         found |= {("cancelled", "supervisor_lost"), ("failed", "supervisor_lost")}
     if trial.fault == "usr1_batch" and trial.fired_at < _batch_started(trial.attempt_dir):
-        found.add(("succeeded", "ok"))  # slurmd drops a batch step's signal that comes before the batch step
+        found.add(("succeeded", "ok"))  # Slurm loses a batch signal sent before the batch step launched
     finished = moves.get("finalize", {}).get("ts")
     if trial.fault == "kill_supervisor":
         return decided | found if "done" in moves else found

@@ -27,14 +27,14 @@ def attempt(tmp_path: Path, batch_started: float | None) -> Path:
 
 
 @pytest.mark.parametrize(("fault", "fired", "batch_started", "succeeded_allowed"), [
-    ("usr1_batch", -0.6, 0.0, True),   # before the batch step existed: slurmd drops the signal
+    ("usr1_batch", -0.6, 0.0, True),   # before the batch step existed: Slurm loses the signal
     ("usr1_batch", 0.2, 0.0, False),   # the batch step ran: the signal landed, so success is wrong
     ("usr1_batch", -0.6, None, False),  # no supervisor record: nothing to place the fault against
     ("scancel", -0.6, 0.0, False),     # a cancel of a started job ends it whether or not the batch step ran
 ])
 def test_a_batch_signal_before_the_batch_step_may_be_dropped(tmp_path, fault, fired, batch_started,
                                                               succeeded_allowed) -> None:
-    """Real Slurm (22.05, seen in the soak) drops `scancel --batch --signal=USR1` that reaches a job
+    """Real Slurm (22.05, seen in the soak) loses `scancel --batch --signal=USR1` that reaches a job
     whose batch step has not launched yet; the oracle allows a success exactly then."""
     trial = Trial(index=0, fault=fault, moment="staged", delay_s=0.0,
                   attempt_dir=attempt(tmp_path, batch_started), fired_at=T0 + fired)
