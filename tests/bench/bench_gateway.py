@@ -226,17 +226,18 @@ def cpu_note(results: list[dict]) -> str:
     return f"CPU µs/req: {shares}; these processes {ours:.0%} of the {cores} cores, the machine busy {busy:.0%}"
 
 
-def paired(results: list[dict], direct: list[dict], key: str) -> float:
-    """The median over runs of each run's difference from the direct run of the same round (the
-    rounds are interleaved, so drift in the machine's load cancels within a pair)."""
-    return statistics.median(r[key] - d[key] for r, d in zip(results, direct))
+def by_round(results: list[dict], direct: list[dict], key: str) -> list[float]:
+    """Each run's difference from the direct run of the same round (the rounds are interleaved, so
+    drift in the machine's load cancels within a pair)."""
+    return [r[key] - d[key] for r, d in zip(results, direct)]
 
 
 def added_note(results: list[dict], direct: list[dict]) -> str:
-    """The added p50 (and each round's), p99 and mean against the direct runs, paired by round."""
-    rounds = " ".join(f"{r['p50_ms'] - d['p50_ms']:+.1f}" for r, d in zip(results, direct))
-    return (f"added p50 {paired(results, direct, 'p50_ms'):+.1f} ms (rounds {rounds}), "
-            f"p99 {paired(results, direct, 'p99_ms'):+.1f} ms, mean {paired(results, direct, 'mean_ms'):+.1f} ms; ")
+    """The added p50 (the median over rounds, and each round's), p99 and mean against the direct runs."""
+    p50, p99, mean = (by_round(results, direct, key) for key in ("p50_ms", "p99_ms", "mean_ms"))
+    rounds = " ".join(f"{d:+.1f}" for d in p50)
+    return (f"added p50 {statistics.median(p50):+.1f} ms (rounds {rounds}), p99 {statistics.median(p99):+.1f} ms, "
+            f"mean {statistics.median(mean):+.1f} ms; ")
 
 
 def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict]]) -> list[dict]:

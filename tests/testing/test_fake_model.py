@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dd_slurm.testing.fake_model import FifoSlots
 from tests.runtime.harness import free_port
 
 SERVER = [sys.executable, str(Path(__file__).resolve().parents[2] / "dd_slurm" / "testing" / "fake_model.py")]
@@ -208,10 +210,6 @@ def test_stall_after_requests_holds_requests_while_health_answers(procs) -> None
 def test_capacity_queue_is_first_come_first_served() -> None:
     """A released slot goes to the request already waiting, not to one that comes at that moment
     (vLLM's queue is FIFO): the holder releases and at once asks again, yet the waiter goes first."""
-    import threading
-
-    from dd_slurm.testing.fake_model import FifoSlots
-
     slots, order = FifoSlots(1), []
 
     def waiter() -> None:
