@@ -37,7 +37,7 @@ def settle(commands: SlurmCommands, job: str, since: float, wanted, seconds: flo
 def scenario(commands: SlurmCommands, directory: Path, name: str) -> tuple[list[tuple], list[tuple]]:
     script = directory / "array.sh"
     script.write_text(f'#!/bin/bash\n#SBATCH --job-name="{name}"\n#SBATCH --array=0-3%2\n'
-                      f'#SBATCH --output="{directory}/out-%A_%4a.log"\necho started\nsleep 300\n')
+                      f'#SBATCH --output="{directory}/out-%A_%4a.log"\necho started\nexec sleep 300\n')
     since = time.time()
     job = commands.submit(script, name).job_id
     running = settle(commands, job, since, lambda obs: [o[1] for o in obs] == ["running", "running", "pending", "pending"])
