@@ -40,7 +40,7 @@ def markdown() -> str:
         "",
         "| # | state | on enter |",
         "|---|---|---|",
-        *(f"| {i} | `{s}` | {_code(T.ON_ENTER.get(s))} |" for i, s in enumerate(T.STATES)),
+        *(f"| {i} | `{s}` | {_codes(T.ON_ENTER.get(s, ()))} |" for i, s in enumerate(T.STATES)),
         "",
         "## Transitions",
         "",
@@ -107,6 +107,10 @@ def _row(edge: T.Edge) -> str:
 
 def _code(name: Optional[str]) -> str:
     return f"`{name}`" if name else ""
+
+
+def _codes(names: tuple[str, ...]) -> str:
+    return ", ".join(_code(name) for name in names)
 
 
 def _strip(doc: str) -> str:

@@ -45,7 +45,7 @@ FORWARD: tuple[Edge, ...] = (
     Edge("mark_ready", "deploying", "ready", guard="deployments_ready",
          doc="every replica healthy and proven ours before its deadline"),
     Edge("start_client", "ready", "client", guard="gateway_serving", action="publish_endpoints",
-         doc="the gateway serves each alias; endpoints published with its logical URLs"),
+         doc="the gateway, given every replica, serves each alias; endpoints published with its logical URLs"),
     Edge("finalize", "client", "finalize", guard="client_succeeded", doc="client exited 0 in time"),
     Edge("clean_up", "finalize", "cleanup", guard="results_valid", action="note_success",
          doc="result validated, manifest written"),
@@ -62,12 +62,14 @@ FAILURES: tuple[Edge, ...] = tuple(
 
 EDGES: tuple[Edge, ...] = FORWARD + FAILURES
 
-ON_ENTER: dict[str, str] = {
-    "preflight": "launch_preflight",
-    "deploying": "launch_deployments",
-    "ready": "launch_gateway",
-    "client": "launch_client",
-    "cleanup": "run_cleanup",
+# Each state's entry work, in order. The gateway starts while the servers load and is given its
+# routes (every replica's URL) only once they are all ready.
+ON_ENTER: dict[str, tuple[str, ...]] = {
+    "preflight": ("launch_preflight",),
+    "deploying": ("launch_deployments", "launch_gateway"),
+    "ready": ("route_gateway",),
+    "client": ("launch_client",),
+    "cleanup": ("run_cleanup",),
 }
 
 NEXT_TRIGGER: dict[str, str] = {edge.source: edge.trigger for edge in FORWARD}
@@ -81,7 +83,7 @@ def _runtime_names() -> tuple[str, ...]:
     """Runtime work in the order an attempt meets it: each state's entry work, then its exit edge."""
     names: list[str] = []
     for state in STATES:
-        names.append(ON_ENTER.get(state, ""))
+        names.extend(ON_ENTER.get(state, ()))
         edge = next((e for e in FORWARD if e.source == state), None)
         if edge:
             names.extend((edge.guard or "", edge.action or ""))

@@ -137,12 +137,17 @@ class RuntimeActions:
             raise AttemptFailure("readiness_timeout", f"{late.name} not healthy within {timeout:g}s",
                                  outcome="timed_out")
 
-    # ready -> client: the gateway in front of every replica
+    # deploying, ready -> client: the gateway in front of every replica
     def launch_gateway(self) -> None:
+        """Started while the servers load; it serves nothing until route_gateway writes its config."""
         s, p = self.s, self.s.prepared
-        config = gateway_step.write_config(p.plan, p.placement, self.replica_urls(), s.dir)
+        gateway_step.withdraw_config(s.dir)
         self._start(gateway_step.gateway_spec(p.plan, p.alloc.batch_node, s.layout, p.runner.interpreter,
-                                              p.runner.entry, config))
+                                              p.runner.entry, s.dir / files.GATEWAY_CONFIG))
+
+    def route_gateway(self) -> None:
+        p = self.s.prepared
+        gateway_step.write_config(p.plan, p.placement, self.replica_urls(), self.s.dir)
 
     def gateway_serving(self) -> bool:
         deadline, runner = self.s.clock.monotonic() + gateway_step.START_TIMEOUT_S, self.s.prepared.runner

@@ -1,7 +1,8 @@
-"""The attempt's gateway as one more step: its config from the ready replicas, its spec (started
-by the one step runner on the client's node, loopback only), the URL it serves read back validated
-from its state file, and what its exit means for the attempt. The gateway's own modules are
-imported when first needed (when the gateway starts, at `ready`), not at supervisor start."""
+"""The attempt's gateway as one more step: its spec (started by the one step runner on the client's
+node, loopback only, while the servers load), its config from the ready replicas (written once every
+replica is ready: the gateway waits for it, listening nowhere until then), the URL it serves read
+back validated from its state file, and what its exit means for the attempt. The gateway's config
+module is imported when first needed (at `ready`), not at supervisor start."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
+from dd_slurm.gateway.__main__ import AWAIT_FLAG
 from dd_slurm.plan import Plan
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec
@@ -43,12 +45,17 @@ def write_config(plan: Plan, placement: tuple[Placed, ...], urls: dict[str, str]
     return path
 
 
+def withdraw_config(attempt_dir: Path) -> None:
+    """No config before the gateway starts: the one it waits for is the one written at `ready`."""
+    (attempt_dir / files.GATEWAY_CONFIG).unlink(missing_ok=True)
+
+
 def gateway_spec(plan: Plan, node: str, layout: Layout, interpreter: list[str], entry: str,
                  config: Path) -> StepSpec:
     key_var = plan.client.env.api_key_var
     env = {"PATH": DEFAULT_PATH, "LC_ALL": "C.UTF-8", "DD_SLURM_ATTEMPT_ID": layout.attempt_id,
            "DD_SLURM_ROLE": GATEWAY_STEP, "DD_SLURM_ATTEMPT_DIR": layout.attempt_dir}
-    argv = tuple(_literal(word) for word in (*interpreter, entry, "_gateway", str(config)))
+    argv = tuple(_literal(word) for word in (*interpreter, entry, "_gateway", AWAIT_FLAG, str(config)))
     return StepSpec(name=GATEWAY_STEP, node=node, argv=argv, values={}, env=env,
                     passed=(key_var,) if key_var else (), cpus=plan.job.cpus_per_task)
 

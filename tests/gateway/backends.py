@@ -142,19 +142,28 @@ def closed_port() -> int:
 
 
 class Gateway:
-    """`python -m dd_slurm.gateway CONFIG` in a throwaway process."""
+    """`python -m dd_slurm.gateway CONFIG` in a throwaway process. `awaits`: started with
+    `--await-config`, its config written (atomically) only by `route()`, as the runtime does."""
 
     def __init__(self, tmp: Path, aliases: dict[str, list[dict]], env: dict[str, str] | None = None,
-                 **settings) -> None:
+                 awaits: bool = False, **settings) -> None:
         self.state_path, self.stats_path = tmp / "gateway-state.json", tmp / "gateway-stats.json"
-        config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
-                  "aliases": {a: {"replicas": r} for a, r in aliases.items()},
-                  "state_path": str(self.state_path), "stats_path": str(self.stats_path), **settings}
-        (tmp / "gateway.json").write_text(json.dumps(config))
+        self.config_path = tmp / "gateway.json"
+        self.config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
+                       "aliases": {a: {"replicas": r} for a, r in aliases.items()},
+                       "state_path": str(self.state_path), "stats_path": str(self.stats_path), **settings}
+        if not awaits:
+            self.route()
         environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ROOT), **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "dd_slurm.gateway", str(tmp / "gateway.json")],
+        flag = ["--await-config"] if awaits else []
+        self.proc = subprocess.Popen([sys.executable, "-m", "dd_slurm.gateway", *flag, str(self.config_path)],
                                      env=environ, stderr=subprocess.PIPE, text=True)
         self.port = 0
+
+    def route(self) -> None:
+        partial = self.config_path.with_suffix(".partial")
+        partial.write_text(json.dumps(self.config))
+        partial.replace(self.config_path)
 
     def wait_serving(self, seconds: float = 10) -> Gateway:
         deadline = time.monotonic() + seconds

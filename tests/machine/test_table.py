@@ -63,7 +63,7 @@ def test_every_state_before_cleanup_has_a_failure_edge() -> None:
 
 def test_every_named_callback_exists_on_the_model(tmp_path, clock) -> None:
     """Every guard, action and on-enter name in the table resolves to a callable on an Attempt model."""
-    names = {e.guard for e in T.EDGES} | {e.action for e in T.EDGES} | set(T.ON_ENTER.values())
+    names = {e.guard for e in T.EDGES} | {e.action for e in T.EDGES} | {n for names in T.ON_ENTER.values() for n in names}
     model = Attempt(ScriptedActions(), Journal(tmp_path, clock))
     missing = sorted(n for n in names - {None} if not callable(getattr(model, n, None)))
     assert [] == missing
