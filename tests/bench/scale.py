@@ -115,13 +115,14 @@ def big_allocation_plan(load_s: float) -> dict:
     small = data["deployments"][0]
     argv = small["argv"]
     argv[argv.index("--load-time") + 1] = str(load_s)
+    argv.insert(1, "-S")  # no site module: the fake server needs the standard library only
     small.update(name="small", gpus_per_node=1, replicas=128, port=None, ready_timeout_s=300)
     deployments = [small]
     for k in range(8):  # each pair on its own two nodes, so one coordination port serves them all
         coord = ["--coord-port", "18402"]
-        leader = [*argv[:2], "--port", "{port}", "--model", f"pair-{k}", "--role", "leader", "--num-nodes",
+        leader = [*argv[:3], "--port", "{port}", "--model", f"pair-{k}", "--role", "leader", "--num-nodes",
                   "{num_nodes}", *coord, "--host", "{host}", "--load-time", str(load_s)]
-        follower = [*argv[:2], "--role", "follower", "--leader", "{leader_host}", *coord, "--node-rank", "{node_rank}"]
+        follower = [*argv[:3], "--role", "follower", "--leader", "{leader_host}", *coord, "--node-rank", "{node_rank}"]
         deployments.append({**small, "name": f"pair{k}", "model_alias": f"pair-{k}", "nodes": 2, "gpus_per_node": 8,
                             "replicas": 1, "argv": leader, "follower_argv": follower})
     data["deployments"] = deployments
