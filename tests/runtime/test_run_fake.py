@@ -66,3 +66,16 @@ def test_steps_get_only_their_explicit_environment(tmp_path, fake_slurm) -> None
     expected_names = {"PATH", "LC_ALL", "MODE", "HF_TOKEN", "DD_SLURM_ATTEMPT_ID", "DD_SLURM_ROLE",
                       "DD_SLURM_ATTEMPT_DIR", "DD_SLURM_ENDPOINTS_FILE"}
     assert expected_names == {k for k in env if not k.startswith("SLURM")}
+
+
+def test_gateway_starts_while_the_servers_load_and_is_routed_at_ready(tmp_path, fake_slurm) -> None:
+    """The gateway's step is launched in `deploying` (its start-up overlaps the 1 s load), its
+    config is written only once every replica is ready, and it logs that it waited for it."""
+    attempt, staged = run(tmp_path, fake_slurm, plan_data("single-node"))
+    directory = staged.attempt_dir
+    ready = next(e["ts"] for e in map(json.loads, (directory / "journal.jsonl").read_text().splitlines())
+                 if e["kind"] == "transition" and e["to"] == "ready")
+    launched = (directory / "steps" / "gateway.started.json").stat().st_mtime
+    routed = (directory / "gateway.json").stat().st_mtime
+    waited = " waiting for " in (directory / "logs" / "gateway.log").read_text().splitlines()[0]
+    assert ("succeeded", True, True, True) == (attempt.outcome, launched < ready, routed >= ready - 0.01, waited)
