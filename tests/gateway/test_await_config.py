@@ -3,8 +3,8 @@ once every replica is ready. Until then the gateway listens nowhere; once it is 
 
 from __future__ import annotations
 
+import os
 import signal
-import time
 
 import pytest
 
@@ -52,7 +52,5 @@ def test_sigterm_while_waiting_ends_it_with_exit_0_and_no_state(tmp_path) -> Non
 
 def _sockets(pid: int) -> int:
     """How many sockets the process holds open."""
-    import os
-
     fds = os.listdir(f"/proc/{pid}/fd")
     return sum(1 for fd in fds if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"))
