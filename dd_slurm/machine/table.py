@@ -39,9 +39,11 @@ class Edge(NamedTuple):
 
 FORWARD: tuple[Edge, ...] = (
     Edge("verify", "staged", "verified", guard="inputs_verified",
-         doc="bundle and plan checksums, GPU shape, hosts, paths, ports"),
-    Edge("start_preflight", "verified", "preflight", doc="the zero-GPU client preflight starts first"),
-    Edge("deploy", "preflight", "deploying", guard="preflight_passed", doc="preflight exited 0"),
+         doc="bundle and plan checksums, GPU shape, hosts, paths, placement"),
+    Edge("start_preflight", "verified", "preflight",
+         doc="the node probe and the zero-GPU client preflight start, side by side, before any server"),
+    Edge("deploy", "preflight", "deploying", guard="preflights_passed",
+         doc="every node's probe passed (GPUs, programs, free fixed ports), then the preflight exited 0"),
     Edge("mark_ready", "deploying", "ready", guard="deployments_ready",
          doc="every replica healthy and proven ours before its deadline"),
     Edge("start_client", "ready", "client", guard="gateway_serving", action="publish_endpoints",
@@ -65,7 +67,7 @@ EDGES: tuple[Edge, ...] = FORWARD + FAILURES
 # Each state's entry work, in order. The gateway starts while the servers load and is given its
 # routes (every replica's URL) only once they are all ready.
 ON_ENTER: dict[str, tuple[str, ...]] = {
-    "preflight": ("launch_preflight",),
+    "preflight": ("launch_probe", "launch_preflight"),
     "deploying": ("launch_deployments", "launch_gateway"),
     "ready": ("route_gateway",),
     "client": ("launch_client",),

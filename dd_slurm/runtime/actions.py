@@ -24,6 +24,8 @@ from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
 
 POLL_S = 0.05  # between readiness rounds (each probes every waiting replica)
+PROBE_STEP = "probe"
+PROBE_TIMEOUT_S = 60.0
 EXIT_POLL_S = 0.01  # waiting for one process to exit or to serve: a poll is one waitpid or one small read
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
@@ -49,6 +51,7 @@ class RuntimeActions:
         self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
         self.gateway_base: Optional[str] = None  # e.g. "http://127.0.0.1:PORT" once a gateway serves
         self.client_deadline: Optional[float] = None
+        self.probe_deadline: Optional[float] = None
         self._identity_batches = 0  # identity-<n>: the on-node identity checks so far
 
     # staged -> verified
@@ -61,26 +64,35 @@ class RuntimeActions:
         verify.check_gpu_shape(plan, alloc)
         verify.check_hosts(alloc.nodes)
         verify.check_paths(s.workspace, s.dir, s.results_dir, s.dir / files.LOGS_DIR)
-        p = s.prepare()
-        s.gate.check()
-        request, passed = s.write_probe_request()
-        answers, problem = p.runner.on_nodes(p.alloc.nodes, ["_probe", str(request)], "probe", 60,
-                                             role="probe", gres_gpus=p.plan.job.gpus_per_node, passed=passed)
-        if problem and not answers:
-            raise AttemptFailure("probe_failed", problem)
-        verify.check_probes(answers, p.plan, p.alloc.nodes)
+        s.prepare()
         self.ensure_readiness()
         self.publish("planned")
         return True
 
-    # verified -> preflight -> deploying
+    # verified -> preflight -> deploying: the node probe and the client's preflight side by side
+    def launch_probe(self) -> None:
+        """One step on every node: its GPUs, every step's program, every fixed port free."""
+        s, p = self.s, self.s.prepare()
+        request, passed = s.write_probe_request()
+        s.gate.check()
+        self.probe_deadline = s.clock.monotonic() + PROBE_TIMEOUT_S
+        p.runner.start_on_nodes(p.alloc.nodes, ["_probe", str(request)], PROBE_STEP, role="probe",
+                                gres_gpus=p.plan.job.gpus_per_node, passed=passed)
+
     def launch_preflight(self) -> None:
         p = self.s.prepare()
         self.ensure_readiness()
         if p.plan.client.preflight_argv:
             self._start(self.s.client_spec(True))
 
-    def preflight_passed(self) -> bool:
+    def preflights_passed(self) -> bool:
+        """The probe's verdict first (a probe failure explains a preflight that could not start),
+        then the client's preflight."""
+        self._wait_exit(PROBE_STEP, self.probe_deadline, "probe_failed")
+        answers, problem = self.s.prepared.runner.node_answers(PROBE_STEP, self.s.clock.monotonic())
+        if problem and not answers:
+            raise AttemptFailure("probe_failed", problem)
+        verify.check_probes(answers, self.s.prepared.plan, self.s.prepared.alloc.nodes)
         if "preflight" not in self.s.table.procs:
             return True
         limit = self.s.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
@@ -190,7 +202,7 @@ class RuntimeActions:
     def run_cleanup(self, outcome: str, reason: str) -> None:
         s = self.s
         p = s.prepared_or_none()  # None when preparation failed: cleanup still stops what this process started
-        phases = [["client", "preflight"], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
+        phases = [["client", "preflight", PROBE_STEP], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
         grace = s.cleanup_grace_s(default=10.0)
         nodes = p.alloc.nodes if p is not None else ()
         cleanup = cleanup_module().Cleanup(

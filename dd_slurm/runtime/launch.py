@@ -61,17 +61,28 @@ class StepRunner:
                  passed: Optional[Mapping[str, str]] = None) -> tuple[dict[str, dict], Optional[str]]:
         """Run `entry.py COMMAND` once on each node; per-node JSON answers, and a problem if any.
         `passed` values reach the command through srun's environment, by name."""
+        self.start_on_nodes(nodes, command, name, role, gres_gpus, passed)
+        return self.node_answers(name, self.clock.monotonic() + timeout_s)
+
+    def start_on_nodes(self, nodes: tuple[str, ...], command: list[str], name: str, role: str = "scan",
+                       gres_gpus: int = 0, passed: Optional[Mapping[str, str]] = None) -> Tracked:
+        """Start `entry.py COMMAND` once on each node, in one step; `node_answers` collects it."""
         identity = ",".join([f"DD_SLURM_ATTEMPT_ID={self.srun_env['DD_SLURM_ATTEMPT_ID']}", f"DD_SLURM_ROLE={role}",
                              *(passed or {})])
         argv = node_command_argv(self.srun, self.job_id, nodes, self.interpreter, self.entry, command, name, gres_gpus,
                                  identity)
         log = files.step_log(self.dir, name)
         log.unlink(missing_ok=True)
-        self.table.spawn(name, argv, {**self.srun_env, **(passed or {}), "DD_SLURM_ROLE": role}, log)
-        code = self.table.wait(name, self.clock.monotonic() + timeout_s)
+        return self.table.spawn(name, argv, {**self.srun_env, **(passed or {}), "DD_SLURM_ROLE": role}, log)
+
+    def node_answers(self, name: str, deadline: float) -> tuple[dict[str, dict], Optional[str]]:
+        """The per-node JSON answers of a node command started by `start_on_nodes`, once it has
+        exited (killed at `deadline`), and a problem if it did not exit 0."""
+        code = self.table.wait(name, deadline)
         if code is None:
             self.table.signal_group(name, signal.SIGKILL)
             self.table.wait(name, self.clock.monotonic() + 5)
+        log = files.step_log(self.dir, name)
         answers = {}
         for line in log.read_text(errors="replace").splitlines():
             if line.startswith("{"):

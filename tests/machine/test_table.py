@@ -89,7 +89,7 @@ def test_a_guard_that_raises_fails_from_the_source_state(tmp_path, clock) -> Non
 
 def test_a_guard_that_declines_is_a_failure_too(tmp_path, clock) -> None:
     """A guard returning False during `step` is not a hang: the attempt fails with a reason."""
-    attempt = Attempt(ScriptedActions({"preflight_passed": "false"}), Journal(tmp_path, clock))
+    attempt = Attempt(ScriptedActions({"preflights_passed": "false"}), Journal(tmp_path, clock))
     attempt.advance()
     assert ("done", "failed", "deploy_guard_false") == (attempt.state, attempt.outcome, attempt.reason)
 

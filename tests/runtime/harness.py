@@ -98,6 +98,15 @@ def journal(attempt_dir: Path) -> list[tuple[str, str, Optional[str]]]:
     return [(e["from"], e["to"], e.get("reason")) for e in map(json.loads, lines) if e["kind"] == "transition"]
 
 
+def failure_path(reason: str, probed: bool) -> list[tuple[str, str, Optional[str]]]:
+    """The journal of an attempt failing verification: local checks fail it from staged; the node
+    probe's findings from preflight, which starts the probe and the client preflight side by side."""
+    start: list[tuple[str, str, Optional[str]]] = [("staged", "verified", None), ("verified", "preflight", None),
+                                                   ("preflight", "cleanup", reason)] if probed else \
+        [("staged", "cleanup", reason)]
+    return [*start, ("cleanup", "done", reason)]
+
+
 def outcome(attempt_dir: Path) -> tuple[Optional[str], Optional[str]]:
     lines = (attempt_dir / "journal.jsonl").read_text().splitlines()
     last = [e for e in map(json.loads, lines) if e["kind"] == "transition"][-1]

@@ -116,16 +116,18 @@ def _bin_with_srun(directory: Path, fake_bin: Path, script: str) -> Path:
 
 
 @pytest.mark.timeout(90)
-def test_a_signal_between_verification_and_launch_starts_nothing(tmp_path, fake_slurm) -> None:
-    """SIGTERM as the probe step returns: verification passes, then the gate stops the attempt
-    before the preflight or any server is launched."""
+def test_a_signal_as_the_probe_returns_starts_no_server(tmp_path, fake_slurm) -> None:
+    """SIGTERM as the node probe's step returns: the gate stops the attempt before any server or
+    the gateway is launched; the only step that may have started is the client preflight, which is
+    launched beside the probe, and cleanup leaves nothing of it."""
     bin_dir = _bin_with_srun(tmp_path / "bin", fake_slurm.bin_dir, SRUN_SIGNALLING_AFTER_PROBE)
     staged, proc = _start(tmp_path, fake_slurm, plan_data("single-node"), bin_dir)
     output, _ = proc.communicate(timeout=80)
     assert 4 == proc.returncode, output
     assert ("cancelled", "sigterm") == outcome(staged.attempt_dir)
-    started = sorted(p.name for p in (staged.attempt_dir / "steps").glob("*.started.json"))
-    assert ([], []) == (started, servers_started(staged.attempt_dir))
+    others = sorted(p.name for p in (staged.attempt_dir / "steps").glob("*.started.json")
+                    if p.name != "preflight.started.json")
+    assert ([], [], []) == (others, servers_started(staged.attempt_dir), no_leftovers(staged.attempt_id))
 
 
 @pytest.mark.timeout(90)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.harness import journal, plan_data, run, servers_started, three_single_node_deployments
+from tests.runtime.harness import failure_path, journal, plan_data, run, servers_started, three_single_node_deployments
 
 
 def _tamper_bundle(staged) -> None:
@@ -40,6 +40,11 @@ def _missing_executable(data: dict) -> dict:
     return data
 
 
+def _missing_preflight_program(data: dict) -> dict:
+    data["client"]["preflight_argv"] = ["/opt/no/such/dd-client", "--preflight"]
+    return data
+
+
 CASES = {
     "tampered bundle file": (lambda d: d, {"before_run": _tamper_bundle}, "bundle_checksum"),
     "tampered plan": (lambda d: d, {"before_run": _tamper_plan}, "plan_digest"),
@@ -49,19 +54,24 @@ CASES = {
     "fewer nodes than planned": (lambda d: d, {"nodes": ("127.0.2.1",)}, "gpu_shape"),
     "results dir owned by someone else": (lambda d: d, {"before_run": _foreign_results_dir}, "paths"),
     "executable missing on its node": (_missing_executable, {}, "executable_missing"),
+    "client preflight program missing": (_missing_preflight_program, {}, "executable_missing"),
     "unresolvable node": (lambda d: d, {"nodes": ("no-such-node.invalid",)}, "hosts"),
 }
 
 
+# What the node probe finds fails the attempt from preflight, where the probe runs beside the client's preflight.
+PROBED = {"executable missing on its node", "client preflight program missing"}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_fails_verification_before_any_server(tmp_path, fake_slurm, case: str) -> None:
-    """The attempt ends failed with the check's reason, straight from staged to cleanup; no
-    deployment step was ever started."""
+    """The attempt ends failed with the check's reason, from staged (local checks) or from
+    preflight (the node probe) to cleanup; no deployment step was ever started."""
     mutate, kwargs, reason = CASES[case]
     attempt, staged = run(tmp_path, fake_slurm, mutate(plan_data("two-deployments" if "nodes" in case else "single-node")),
                           **kwargs)
     assert ("failed", reason) == (attempt.outcome, attempt.reason)
-    assert [("staged", "cleanup", reason), ("cleanup", "done", reason)] == journal(staged.attempt_dir)
+    assert failure_path(reason, case in PROBED) == journal(staged.attempt_dir)
     assert [] == servers_started(staged.attempt_dir)
 
 
