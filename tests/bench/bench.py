@@ -291,7 +291,7 @@ def runtime_benchmarks(runs: int = 3) -> list[dict]:
                 found["rss"].append(supervisor["peak_rss_kib"] / 1024)
     return [
         row("orchestration overhead: job start to client start, minus load time", found["overhead"], "s", "< 0.35 s",
-            "includes python start-up, bundle verification, verification probe step, preflight, step launches"),
+            "includes python start-up, bundle verification, the node probe beside the preflight, step launches"),
         row("  ... minus the server's own load instead (its process start to /health 200)", found["own_load"], "s",
             "", f"the fake server's interpreter and imports count as its load, not ours (configured load {load:g} s)"),
         row("readiness detection after /health turns 200", found["readiness"], "ms", "< 250 ms"),
