@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from dd_slurm.clock import Clock
@@ -18,12 +19,14 @@ AWAIT_FLAG = "--await-config"
 AWAIT_POLL_S = 0.005  # one stat() per poll: what the client's start waits for once CONFIG is written
 
 
-def await_config(path: Path, clock: Clock) -> bool:
-    """True once `path` exists; False when SIGTERM or SIGINT arrived first (their handlers only record)."""
+def await_config(path: Path, clock: Clock, waiting: Callable[[], None]) -> bool:
+    """True once `path` exists; False when SIGTERM or SIGINT arrived first (their handlers only
+    record). `waiting` runs once the handlers are in place, so whoever it tells may signal."""
     stopped: list[int] = []
     previous = {signo: signal.signal(signo, lambda got, _frame: stopped.append(got))
                 for signo in (signal.SIGTERM, signal.SIGINT)}
     try:
+        waiting()
         while not stopped and not path.exists():
             clock.sleep(AWAIT_POLL_S)
     finally:
@@ -41,9 +44,7 @@ def main(argv: list[str]) -> int:
     if len(args) != 1:
         print(f"error: usage: python -m dd_slurm.gateway [{AWAIT_FLAG}] CONFIG.json", file=sys.stderr)
         return EXIT_CONFIG
-    if waits:
-        log(f"waiting for {args[0]}")
-    if waits and not await_config(Path(args[0]), Clock()):
+    if waits and not await_config(Path(args[0]), Clock(), lambda: log(f"waiting for {args[0]}")):
         log("stopped before its config was written")
         return 0
     try:

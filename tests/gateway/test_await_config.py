@@ -14,7 +14,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _waiting(gateway: Gateway) -> str:
-    """Its first log line, once it is past its imports and waits for the config."""
+    """Its first log line, once it is past its imports, has its signal handlers in place and waits
+    for the config."""
     line = gateway.proc.stderr.readline()
     assert " waiting for " in line, line
     return line
