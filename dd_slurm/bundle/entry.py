@@ -202,7 +202,7 @@ def main(argv: list) -> int:
     if len(argv) > 1 and argv[1] == GATEWAY_COMMAND:
         from dd_slurm.gateway.__main__ import main as gateway_main
 
-        return gateway_main(argv[2:])
+        return gateway_main(argv[2:], _DD_SLURM_EARLY_SIGNALS)
     from dd_slurm.console import main as console_main  # `run` without importing click
 
     # The whole bundle was verified just now against `expected`: the supervisor need not hash it again.

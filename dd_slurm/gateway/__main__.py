@@ -4,6 +4,11 @@
 (atomically) once every replica is ready and proven ours. Until CONFIG exists the gateway has
 imported what it needs and waits, listening nowhere; SIGTERM or SIGINT while it waits ends it with
 exit 0. Without the flag a missing CONFIG is an error, as any unreadable one.
+
+Signals from the first instruction: run from the bundle, the boot's handlers record every
+SIGTERM/SIGINT into `early_signals` from the interpreter's first instruction on. `main` keeps
+recording into that same list until the service's own loop handlers are in place, and a stop
+signal found there, however early it landed, ends the gateway as one received later would.
 """
 
 from __future__ import annotations
@@ -19,23 +24,32 @@ AWAIT_FLAG = "--await-config"
 AWAIT_POLL_S = 0.005  # one stat() per poll: what the client's start waits for once CONFIG is written
 
 
-def await_config(path: Path, clock: Clock, waiting: Callable[[], None]) -> bool:
-    """True once `path` exists; False when SIGTERM or SIGINT arrived first (their handlers only
-    record). `waiting` runs once the handlers are in place, so whoever it tells may signal."""
-    stopped: list[int] = []
-    previous = {signo: signal.signal(signo, lambda got, _frame: stopped.append(got))
-                for signo in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        waiting()
-        while not stopped and not path.exists():
-            clock.sleep(AWAIT_POLL_S)
-    finally:
-        for signo, handler in previous.items():
-            signal.signal(signo, handler)
-    return not stopped
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def main(argv: list[str]) -> int:
+def record_stop_signals(received: list[int]) -> None:
+    """From now on SIGTERM and SIGINT are only appended to `received` (the handlers only record)."""
+    for signo in STOP_SIGNALS:
+        signal.signal(signo, lambda got, _frame: received.append(got))
+
+
+def stop_requested(received: list[int]) -> bool:
+    return any(signo in STOP_SIGNALS for signo in received)
+
+
+def await_config(path: Path, clock: Clock, received: list[int], waiting: Callable[[], None]) -> bool:
+    """True once `path` exists; False when a stop signal is (or was already) in `received`.
+    `waiting` runs once `record_stop_signals(received)` is in place, so whoever it tells may signal."""
+    waiting()
+    while not stop_requested(received) and not path.exists():
+        clock.sleep(AWAIT_POLL_S)
+    return not stop_requested(received)
+
+
+def main(argv: list[str], early_signals: list[int] | None = None) -> int:
+    """`early_signals`: what the bundle's boot has recorded so far (None when run as `-m`)."""
+    received = early_signals if early_signals is not None else []
+    record_stop_signals(received)
     from dd_slurm.gateway.config import ConfigError, load
     from dd_slurm.gateway.service import EXIT_CONFIG, log, serve
 
@@ -44,7 +58,7 @@ def main(argv: list[str]) -> int:
     if len(args) != 1:
         print(f"error: usage: python -m dd_slurm.gateway [{AWAIT_FLAG}] CONFIG.json", file=sys.stderr)
         return EXIT_CONFIG
-    if waits and not await_config(Path(args[0]), Clock(), lambda: log(f"waiting for {args[0]}")):
+    if waits and not await_config(Path(args[0]), Clock(), received, lambda: log(f"waiting for {args[0]}")):
         log("stopped before its config was written")
         return 0
     try:
@@ -55,7 +69,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"error: {args[0]}: {err}", file=sys.stderr)
         return EXIT_CONFIG
-    return serve(config)
+    return serve(config, received=received)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import gc
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dd_slurm.clock import Clock
@@ -38,8 +38,10 @@ def log(message: str) -> None:
 
 
 class Service:
-    def __init__(self, config: GatewayConfig, clock: Clock, environ: Mapping[str, str]) -> None:
+    def __init__(self, config: GatewayConfig, clock: Clock, environ: Mapping[str, str],
+                 received: Sequence[int] = ()) -> None:
         self.config, self.clock = config, clock
+        self.received = received  # stop signals recorded before the loop's own handlers were in place
         self.api_key = environ.get(config.api_key_var) if config.api_key_var else None
         self.pools = {alias: AliasPool(alias, targets, config.queue_limit, config.queue_timeout_s, clock.monotonic)
                       for alias, targets in config.aliases.items()}
@@ -84,6 +86,8 @@ class Service:
         for signo in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signo, stop.set)
         loop.add_signal_handler(signal.SIGUSR1, self.write_stats)
+        if any(signo in (signal.SIGTERM, signal.SIGINT) for signo in self.received):
+            stop.set()  # it landed before the handlers above: it counts all the same
         stall = self.config.stall_timeout_s
         watchdog = asyncio.ensure_future(self.watch(stop, stall)) if stall else None
         await stop.wait()
@@ -111,6 +115,9 @@ class Service:
                 stop.set()
 
 
-def serve(config: GatewayConfig, clock: Clock | None = None, environ: Mapping[str, str] | None = None) -> int:
-    service = Service(config, clock or Clock(), os.environ if environ is None else environ)
+def serve(config: GatewayConfig, clock: Clock | None = None, environ: Mapping[str, str] | None = None,
+          received: Sequence[int] = ()) -> int:
+    """`received`: the stop signals recorded so far, still being appended to until the loop's own
+    handlers are installed (then checked once)."""
+    service = Service(config, clock or Clock(), os.environ if environ is None else environ, received)
     return asyncio.run(service.run())
