@@ -88,7 +88,7 @@ class RuntimeActions:
     def preflights_passed(self) -> bool:
         """The probe's verdict first (a probe failure explains a preflight that could not start),
         then the client's preflight."""
-        self._wait_exit(PROBE_STEP, self.probe_deadline, "probe_failed")
+        self._exit_by(PROBE_STEP, self.probe_deadline)  # at the deadline node_answers kills it and reads who answered
         answers, problem = self.s.prepared.runner.node_answers(PROBE_STEP, self.s.clock.monotonic())
         if problem and not answers:
             raise AttemptFailure("probe_failed", problem)
@@ -318,6 +318,13 @@ class RuntimeActions:
             self.publish("withdrawn")
 
     def _wait_exit(self, name: str, deadline: Optional[float], timeout_reason: str) -> int:
+        code = self._exit_by(name, deadline)
+        if code is None:
+            raise AttemptFailure(timeout_reason, f"{name} still running at its deadline")
+        return code
+
+    def _exit_by(self, name: str, deadline: Optional[float]) -> Optional[int]:
+        """The exit code of `name`, or None when it still runs at `deadline`."""
         while True:
             self.s.gate.check()
             code = self.s.table.poll(name)
@@ -325,7 +332,7 @@ class RuntimeActions:
                 return code
             self.check_alive()
             if deadline is not None and self.s.clock.monotonic() > deadline:
-                raise AttemptFailure(timeout_reason, f"{name} still running at its deadline")
+                return None
             self.s.clock.sleep(EXIT_POLL_S)
 
     def check_alive(self) -> None:
