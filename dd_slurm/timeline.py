@@ -5,7 +5,8 @@ Phases come from the records the attempt already keeps: queue wait from the subm
 (attempt.json) to the job's start (the supervisor's process start, supervisor.json: the batch
 script execs it); every state from the journal's transitions (verification is the time from the
 job's start until the machine left `verified`); each deployment's load from its first process's
-launch (processes.json) to the first healthy probe (readiness.json). The GPU time spent before
+launch (processes.json), or from entering `deploying` when later (its steps launch held beside the
+preflight), to the first healthy probe (readiness.json). The GPU time spent before
 the client started is the job's GPUs times the time from the job's start to the client's start.
 Records that are missing or malformed leave their rows out; nothing here raises on bad input.
 """
@@ -97,9 +98,10 @@ def _ready_at(dep: dict) -> Optional[float]:
     return _num(probe.get("time")) if probe.get("ok") is True and dep.get("ready") else None
 
 
-def load_rows(readiness: Any, processes: Any, until: Optional[float]) -> list[Row]:
-    """Each deployment from its first process's launch to its first healthy probe (or, never
-    ready, to the end of `deploying`)."""
+def load_rows(readiness: Any, processes: Any, until: Optional[float], since: Optional[float] = None) -> list[Row]:
+    """Each deployment from its first process's launch, or from `since` (entering `deploying`,
+    which releases the steps launched held beside the preflight) when that is later, to its first
+    healthy probe (or, never ready, to the end of `deploying`)."""
     procs = [_dict(p) for p in _dict(processes).get("processes") or [] if isinstance(p, dict)]
     rows = []
     for name, dep in sorted(_dict(_dict(readiness).get("deployments")).items()):
@@ -110,7 +112,8 @@ def load_rows(readiness: Any, processes: Any, until: Optional[float]) -> list[Ro
         ready = _ready_at(_dict(dep))
         end = ready if ready is not None else until
         if end is not None:
-            rows.append(Row(f"{name} load", min(starts), end, "deployments",
+            start = max(min(starts), since) if since is not None else min(starts)
+            rows.append(Row(f"{name} load", start, end, "deployments",
                             "launch to ready" if ready is not None else "never ready"))
     return rows
 
@@ -125,7 +128,8 @@ def build(attempt_id: str, record: Any, entries: Any, readiness: Any, processes:
         rows.append(Row("queue wait", submitted, job_start, "scheduler", "submit to start"))
     rows += state_rows(moves, job_start)
     deploying_end = next((ts for s, d, ts in moves if s == "deploying"), moves[-1][2] if moves else None)
-    rows += load_rows(readiness, processes, deploying_end)
+    deploying_start = next((ts for s, d, ts in moves if d == "deploying" and s != d), None)
+    rows += load_rows(readiness, processes, deploying_end, deploying_start)
     rows.sort(key=lambda r: (r.start, r.section != "attempt"))
     job = _dict(_dict(plan).get("job"))
     nodes, per_node = _num(job.get("nodes")), _num(job.get("gpus_per_node"))

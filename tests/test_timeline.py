@@ -37,6 +37,18 @@ def test_the_phases_of_a_readiness_timeout() -> None:
     assert (24, 24 * 76.0, False) == (found.gpus, round(found.gpu_seconds_before_client, 6), found.client_started)
 
 
+def test_a_deployment_launched_held_beside_the_preflight_loads_from_its_release() -> None:
+    """Its step was launched at 2.1 s, while the preflight ran; it was released on entering
+    `deploying` at 5 s and ready at 8 s: its load is the 3 s from the release, not 5.9 s."""
+    entries = [{"kind": "transition", "from": a, "to": b, "ts": ts}
+               for a, b, ts in [("staged", "verified", 1.0), ("verified", "preflight", 2.0),
+                                ("preflight", "deploying", 5.0), ("deploying", "ready", 9.0)]]
+    found = build("a", {}, entries, {"deployments": {"small": {"ready_at": 8.0}}},
+                  {"processes": [{"name": "deploy-small-0", "started_at": 2.1}]}, {"started_at": 0.5}, {})
+    assert [(5.0, 3.0, "launch to ready")] == [(r.start, r.seconds, r.note) for r in found.rows
+                                               if r.name == "small load"]
+
+
 def test_gpu_time_stops_when_the_client_starts() -> None:
     """The demo: 3 nodes x 2 GPUs, from the job's start to the client's start."""
     found = load(FIXTURES / "timeline" / "demo-succeeded")

@@ -41,9 +41,9 @@ FORWARD: tuple[Edge, ...] = (
     Edge("verify", "staged", "verified", guard="inputs_verified",
          doc="bundle and plan checksums, GPU shape, hosts, paths, placement"),
     Edge("start_preflight", "verified", "preflight",
-         doc="the node probe and the zero-GPU client preflight start, side by side, before any server"),
+         doc="the node probe and the zero-GPU client preflight start side by side; the deployment steps launch held"),
     Edge("deploy", "preflight", "deploying", guard="preflights_passed",
-         doc="every node's probe passed (GPUs, programs, free fixed ports), then the preflight exited 0"),
+         doc="every node's probe passed (GPUs, programs, free fixed ports), then the preflight exited 0; servers start"),
     Edge("mark_ready", "deploying", "ready", guard="deployments_ready",
          doc="every replica healthy and proven ours before its deadline"),
     Edge("start_client", "ready", "client", guard="gateway_serving", action="publish_endpoints",
@@ -64,11 +64,12 @@ FAILURES: tuple[Edge, ...] = tuple(
 
 EDGES: tuple[Edge, ...] = FORWARD + FAILURES
 
-# Each state's entry work, in order. The gateway starts while the servers load and is given its
-# routes (every replica's URL) only once they are all ready.
+# Each state's entry work, in order. The deployment steps are launched held beside the preflight
+# and released once it passed; the gateway starts while the servers load and is given its routes
+# (every replica's URL) only once they are all ready.
 ON_ENTER: dict[str, tuple[str, ...]] = {
-    "preflight": ("launch_probe", "launch_preflight"),
-    "deploying": ("launch_deployments", "launch_gateway"),
+    "preflight": ("launch_preflight", "launch_probe", "launch_deployments"),
+    "deploying": ("release_deployments", "launch_gateway"),
     "ready": ("route_gateway",),
     "client": ("launch_client",),
     "cleanup": ("run_cleanup",),

@@ -7,6 +7,8 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from types import ModuleType
 from typing import Optional
 
+from attrs import evolve
+
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import gateway_step, verify
 from dd_slurm.runtime.budget import budget_for
@@ -18,18 +20,26 @@ from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import exit_reason, published_port
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.session import NotPrepared, Session
+from dd_slurm.runtime.stepexec import probe_answer, read_json
 from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
 
-POLL_S = 0.05  # between readiness rounds (each probes every waiting replica)
+READY_POLL_MIN_S, READY_POLL_MAX_S = 0.01, 0.05
+READY_POLL_PER_REPLICA_S = 0.002
 PROBE_STEP = "probe"
 PROBE_TIMEOUT_S = 60.0
 EXIT_POLL_S = 0.01  # waiting for one process to exit or to serve: a poll is one waitpid or one small read
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
 SIGNAL_GRACE_S = 2.0
+
+
+def readiness_poll_s(waiting: int) -> float:
+    """The pause between readiness rounds, each of which probes every waiting replica: 10 ms for a
+    few, growing to 50 ms for 25 or more, so probing stays a small share of the supervisor's time."""
+    return min(READY_POLL_MAX_S, max(READY_POLL_MIN_S, READY_POLL_PER_REPLICA_S * waiting))
 
 
 def cleanup_module() -> ModuleType:
@@ -45,7 +55,8 @@ class RuntimeActions:
         self.s = session
         self.verified_bundle = verified_bundle  # (dir, digest) the entry point verified in this process
         self._readiness: Optional[Readiness] = None  # created by ensure_readiness, once prepared
-        self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order
+        self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order (held until released)
+        self.released = False  # whether release_deployments has let the held steps go on
         self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
         self.ports: dict[str, int] = {}  # replica name -> its port (fixed, or published by its leader)
         self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
@@ -71,13 +82,17 @@ class RuntimeActions:
 
     # verified -> preflight -> deploying: the node probe and the client's preflight side by side
     def launch_probe(self) -> None:
-        """One step on every node: its GPUs, every step's program, every fixed port free."""
+        """Every node's GPUs, every step's program, every fixed port free: one step on the other
+        nodes; this node is checked from here in preflights_passed (the batch step holds the
+        job's GPUs on it, as a probe step would), without an srun beside the preflight's."""
         s, p = self.s, self.s.prepare()
         request, passed = s.write_probe_request()
         s.gate.check()
         self.probe_deadline = s.clock.monotonic() + PROBE_TIMEOUT_S
-        p.runner.start_on_nodes(p.alloc.nodes, ["_probe", str(request)], PROBE_STEP, role="probe",
-                                gres_gpus=p.plan.job.gpus_per_node, passed=passed)
+        remote = tuple(n for n in p.alloc.nodes if n != s.ambient.get("SLURMD_NODENAME"))
+        if remote:
+            p.runner.start_on_nodes(remote, ["_probe", str(request)], PROBE_STEP, role="probe",
+                                    gres_gpus=p.plan.job.gpus_per_node, passed=passed)
 
     def launch_preflight(self) -> None:
         p = self.s.prepare()
@@ -88,10 +103,7 @@ class RuntimeActions:
     def preflights_passed(self) -> bool:
         """The probe's verdict first (a probe failure explains a preflight that could not start),
         then the client's preflight."""
-        self._exit_by(PROBE_STEP, self.probe_deadline)  # at the deadline node_answers kills it and reads who answered
-        answers, problem = self.s.prepared.runner.node_answers(PROBE_STEP, self.s.clock.monotonic())
-        if problem and not answers:
-            raise AttemptFailure("probe_failed", problem)
+        answers = self._probe_answers()
         verify.check_probes(answers, self.s.prepared.plan, self.s.prepared.alloc.nodes)
         if "preflight" not in self.s.table.procs:
             return True
@@ -102,18 +114,44 @@ class RuntimeActions:
                 AttemptFailure("preflight_failed", f"client preflight exited {code}; see {files.log_ref('preflight')}"))
         return True
 
+    def _probe_answers(self) -> dict[str, dict]:
+        """This node's probe answer, and the probe step's answers for the others once it has exited
+        (at its deadline it is stopped and the answers that arrived are used)."""
+        s = self.s
+        here = s.ambient.get("SLURMD_NODENAME")
+        answers: dict[str, dict] = {}
+        if PROBE_STEP in s.table.procs:
+            self._exit_by(PROBE_STEP, self.probe_deadline)
+            answers, problem = s.prepared.runner.node_answers(PROBE_STEP, s.clock.monotonic())
+            if problem and not answers:
+                raise AttemptFailure("probe_failed", problem)
+        if here in s.prepared.alloc.nodes:
+            answers[here] = probe_answer(read_json(str(files.probe_request(s.dir))), here, s.ambient)
+        return answers
+
     def launch_deployments(self) -> None:
-        """Every replica's steps; followers of a replica whose port its leader chooses start once
-        the leader has published it (in deployments_ready)."""
+        """Every replica's steps, held: srun, the launcher's start-up and its bundle check overlap
+        the preflight, and no server program starts before release_deployments. Followers of a
+        replica whose port its leader chooses start once the leader has published it (in
+        deployments_ready). Multi-node replicas first: their followers wait on the leader's port."""
+        p = self.s.prepared
+        for unit in sorted(p.placement, key=lambda u: -len(u.nodes)):
+            for spec in p.specs[unit.name]:
+                if needs_port(spec):
+                    self.deferred.setdefault(unit.name, []).append(spec)
+                else:
+                    self._start(evolve(spec, held=True))
+                    self.started[spec.name] = spec
+
+    # preflight -> deploying
+    def release_deployments(self) -> None:
+        """The preflights passed: every held step goes on, and each replica's readiness deadline starts."""
         s, p = self.s, self.s.prepared
-        with self.readiness.batch():  # multi-node replicas first: their followers wait on the leader's port
+        s.gate.check()
+        p.runner.release(list(self.started))
+        self.released = True
+        with self.readiness.batch():
             for unit in sorted(p.placement, key=lambda u: -len(u.nodes)):
-                for spec in p.specs[unit.name]:
-                    if needs_port(spec):
-                        self.deferred.setdefault(unit.name, []).append(spec)
-                    else:
-                        self._start(spec)
-                        self.started[spec.name] = spec
                 timeout = p.deployment(unit.deployment).ready_timeout_s
                 self.deadlines[unit.name] = s.clock.monotonic() + timeout
                 self.readiness.move(unit.name, "starting", deadline=s.clock.wall() + timeout)
@@ -136,7 +174,7 @@ class RuntimeActions:
                     waiting = [u for u in waiting if u.name not in done]
                     self._past_deadline(waiting)
                 if waiting:
-                    s.clock.sleep(POLL_S)
+                    s.clock.sleep(readiness_poll_s(len(waiting)))
         s.gate.check()
         return True
 
@@ -338,8 +376,9 @@ class RuntimeActions:
     def check_alive(self) -> None:
         """A deployment step that exited is a failure now, not at a deadline. When a follower and
         its leader are both gone, the follower is the cause (the leader exits on losing a rank).
-        A gateway that ended (a stalled replica, or itself) fails the attempt likewise."""
-        if not [n for n in self.started if self.s.table.poll(n) is not None]:  # polls every step
+        A gateway that ended (a stalled replica, or itself) fails the attempt likewise. Held steps
+        count once released: before, the probe's and the preflight's verdicts come first."""
+        if not self.released or not [n for n in self.started if self.s.table.poll(n) is not None]:  # polls every step
             self._gateway_ended()
             return
         self._let_signals_land()

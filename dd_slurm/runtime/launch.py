@@ -13,6 +13,7 @@ import attrs
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.processes import ProcessTable, Tracked
+from dd_slurm.runtime.stepexec import RELEASE
 from dd_slurm.runtime.steps import StepSpec, node_command_argv, srun_argv
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
@@ -46,7 +47,13 @@ class StepRunner:
         write_json_atomic(spec_path, spec.to_json(), durable=False)  # read by the step moments later, never after a crash
         argv = srun_argv(spec, self.srun, self.job_id, self.interpreter, self.entry, str(spec_path))
         return self.table.spawn(spec.name, argv, {**self.srun_env, **(passed or {}), "DD_SLURM_ROLE": spec.name},
-                                files.step_log(self.dir, spec.name), str(files.step_started(self.dir, spec.name)))
+                                files.step_log(self.dir, spec.name), str(files.step_started(self.dir, spec.name)),
+                                held=spec.held)
+
+    def release(self, names: list[str]) -> None:
+        """Let held steps go on (stepexec.await_release); one that is gone is check_alive's to report."""
+        for name in names:
+            self.table.release(name, RELEASE)
 
     def started(self, name: str) -> Optional[dict]:
         """What the on-node launcher recorded (node, pid, step id), or None if it never ran."""

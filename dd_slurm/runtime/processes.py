@@ -48,15 +48,30 @@ class ProcessTable:
         self._encoded: dict[str, tuple[dict, bytes]] = {}  # each entry and its JSON, re-encoded when it changes
         self.host = socket.gethostname().split(".")[0]
 
-    def spawn(self, name: str, argv: list[str], env: Mapping[str, str], log: Path, step_record: str = "") -> Tracked:
+    def spawn(self, name: str, argv: list[str], env: Mapping[str, str], log: Path, step_record: str = "",
+              held: bool = False) -> Tracked:
+        """`held`: its stdin is a pipe that only this process holds open, for `release`."""
         with open(log, "ab") as out:
-            popen = subprocess.Popen(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+            popen = subprocess.Popen(argv, env=dict(env), stdin=subprocess.PIPE if held else subprocess.DEVNULL,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         tracked = Tracked(name, tuple(argv), popen, popen.pid, popen.pid, start_time(popen.pid), self.host,
                           self.clock.wall(), str(log), step_record)
         self.procs[name] = tracked
         self.persist()
         return tracked
+
+    def release(self, name: str, word: bytes) -> bool:
+        """Write `word` to a held child's stdin and close it; False when the child is gone (or was
+        never held): whoever watches it learns why from its exit."""
+        stdin = self.procs[name].popen.stdin
+        if stdin is None or stdin.closed:
+            return False
+        try:
+            stdin.write(word)
+            stdin.close()
+        except OSError:  # BrokenPipeError: it has exited
+            return False
+        return True
 
     def poll(self, name: str) -> Optional[int]:
         tracked = self.procs[name]

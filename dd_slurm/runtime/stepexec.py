@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 
 from dd_slurm.store import attempt_files as files  # standard library only, like this module
 from dd_slurm.store.atomic import write_json_atomic
@@ -124,13 +125,41 @@ def launch_plan(spec: dict, env: dict[str, str], node: str,
     return program or "", argv, noted, None if program else missing
 
 
+RELEASE = b"go\n"
+
+
+def await_release(name: str) -> float | None:
+    """A held step waits here, before anything else, for RELEASE on its stdin (srun forwards the
+    supervisor's pipe to the task); then stdin becomes /dev/null, as an unheld step's is. The wall
+    time of the release, or None when input ended first (the supervisor is gone)."""
+    got = b""
+    while len(got) < len(RELEASE):
+        chunk = os.read(0, len(RELEASE) - len(got))
+        if not chunk:
+            break
+        got += chunk
+    if got != RELEASE:
+        print(f"dd-slurm step {name}: never released (input ended); nothing was started", file=sys.stderr, flush=True)
+        return None
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    import time
+
+    return time.time()
+
+
 def run_step(spec_path: str) -> int:
     spec = read_json(spec_path)
+    released_at = await_release(spec["name"]) if spec.get("held") else None
+    if spec.get("held") and released_at is None:
+        return 0
     env, gpu_problem = step_environment(spec, dict(os.environ))
     record = {"name": spec["name"], "node": node_name(), "pid": os.getpid(), "start_time": start_time(os.getpid()),
               "pgid": os.getpgid(0), "sid": os.getsid(0),
               "job_id": os.environ.get("SLURM_JOB_ID"), "step_id": os.environ.get("SLURM_STEP_ID"),
-              "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
+              "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+              **({"released_at": released_at} if released_at is not None else {})}
     program, argv, noted, problem = launch_plan(spec, env, record["node"], node_address())
     kind, error = ("gpu_shape", gpu_problem) if gpu_problem else problem or (None, None)
     record.update(noted, error=error, error_kind=kind)
@@ -168,22 +197,25 @@ def port_free(port: int, address: str) -> bool:
 
 
 def probe(request_path: str) -> int:
-    """Checks for this node from the request: ports free, executables present (each the expanded
-    argv[0] looked up on its step's own PATH; null: this probe's PATH, which srun carried from the
-    supervisor as the steps' forwarded PATH), GPUs visible."""
-    request = read_json(request_path)
-    node = node_name()
+    """The probe step's answer for the node it runs on, one JSON line."""
+    print(json.dumps(probe_answer(read_json(request_path), node_name(), os.environ)), flush=True)
+    return 0
+
+
+def probe_answer(request: dict, node: str, environ: Mapping[str, str]) -> dict:
+    """Checks for `node` from the request, in an environment holding the job's GPUs on it (a probe
+    step's, or the batch step's): ports free, executables present (each the expanded argv[0] looked
+    up on its step's own PATH; null: this environment's PATH, which srun carries from the supervisor
+    as the steps' forwarded PATH), GPUs visible."""
     mine = request["nodes"].get(node, {})
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
-    address = node_address()
-    own_path = os.environ.get("PATH", "")
+    visible = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    address = node_address(node)
+    own_path = environ.get("PATH", "")
     missing = [e["program"] for e in mine.get("executables", [])
                if not which(e["program"], own_path if e.get("path") is None else e["path"])]
-    result = {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p, address)],
-              "missing_executables": missing, "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0,
-              "slurm_gpus": os.environ.get("SLURM_GPUS_ON_NODE")}
-    print(json.dumps(result), flush=True)
-    return 0
+    return {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p, address)],
+            "missing_executables": missing, "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0,
+            "slurm_gpus": environ.get("SLURM_GPUS_ON_NODE")}
 
 
 def identity(request_path: str) -> int:

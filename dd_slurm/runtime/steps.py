@@ -12,6 +12,10 @@ values of forwarded variables or of the attempt's key.
 `--overlap` lets steps share a node's CPUs without waiting on each other; GPU steps request all
 of the job's GPUs on their node (so device cgroups admit them) and the launcher narrows
 CUDA_VISIBLE_DEVICES to the slots placement gave them, so co-located replicas never share.
+A held step (deployments, launched while the preflight runs) is released through srun's stdin,
+which srun forwards to its task on whatever node: the launcher reads `go` before it looks at the
+program, chooses a port or writes its record; end of input instead (the supervisor is gone) ends
+it without running anything.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class StepSpec:
     rank: int = 0
     choose_port: bool = False  # the launcher picks a free port on its node for {port}
     avoid_ports: tuple[int, ...] = ()  # fixed ports of other replicas on this node
+    held: bool = False  # launched early: the launcher waits for "go" on its stdin before anything else
 
     @property
     def unit(self) -> str:
@@ -59,7 +64,7 @@ class StepSpec:
         return {"name": self.name, "node": self.node, "argv": list(self.argv), "values": dict(self.values),
                 "env": dict(self.env), "pass": list(self.passed), "gpu_slots": list(self.gpu_slots),
                 "deployment": self.deployment, "replica": self.replica, "rank": self.rank,
-                "choose_port": self.choose_port, "avoid_ports": list(self.avoid_ports)}
+                "choose_port": self.choose_port, "avoid_ports": list(self.avoid_ports), "held": self.held}
 
 
 @attrs.frozen

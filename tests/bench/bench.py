@@ -192,10 +192,13 @@ def _serving_since(log: Path) -> float:
 
 
 def _process_start_wall(started_record: Path) -> float:
-    """Wall-clock start of a step's process from the start ticks its launcher recorded (this
+    """Wall-clock start of a step's program: its release for a held step (launched while the
+    preflight ran), else its process start from the start ticks its launcher recorded (this
     machine's boot clock; 10 ms resolution)."""
-    ticks = json.loads(started_record.read_text())["start_time"]
-    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    record = json.loads(started_record.read_text())
+    if "released_at" in record:
+        return record["released_at"]
+    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - record["start_time"] / os.sysconf("SC_CLK_TCK"))
 
 
 def lab_status_benchmarks() -> list[dict]:

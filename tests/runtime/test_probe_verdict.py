@@ -35,8 +35,9 @@ def _actions(answers: dict) -> tuple[RuntimeActions, HangingProbe, FakeClock]:
     clock, probe = FakeClock(), HangingProbe(answers)
     prepared = SimpleNamespace(runner=probe, plan=SimpleNamespace(job=SimpleNamespace(gpus_per_node=4)),
                                alloc=SimpleNamespace(nodes=("n1", "n2")))
-    session = SimpleNamespace(gate=SimpleNamespace(check=lambda: None), table=SimpleNamespace(poll=probe.poll, procs={}),
-                              clock=clock, prepared=prepared)
+    session = SimpleNamespace(gate=SimpleNamespace(check=lambda: None), clock=clock, prepared=prepared,
+                              table=SimpleNamespace(poll=probe.poll, procs={PROBE_STEP: "the probe step"}),
+                              ambient={"SLURMD_NODENAME": "batch-node"})  # both nodes are probed by the step
     actions = RuntimeActions(session)  # type: ignore[arg-type]
     actions.probe_deadline = clock.monotonic() + PROBE_TIMEOUT_S
     return actions, probe, clock

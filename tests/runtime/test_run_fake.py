@@ -79,3 +79,38 @@ def test_gateway_starts_while_the_servers_load_and_is_routed_at_ready(tmp_path, 
     routed = (directory / "gateway.json").stat().st_mtime
     waited = " waiting for " in (directory / "logs" / "gateway.log").read_text().splitlines()[0]
     assert ("succeeded", True, True, True) == (attempt.outcome, launched < ready, routed >= ready - 0.01, waited)
+
+
+def test_deployment_steps_launch_held_beside_the_preflight_and_their_servers_start_after_it(tmp_path,
+                                                                                           fake_slurm) -> None:
+    """With a preflight that takes 1 s: every deployment step (leader and follower) is launched
+    while it runs, yet each server program starts (its launcher's release) only after the
+    preflight passed, and the readiness deadline starts there too."""
+    data = plan_data("two-deployments")
+    data["client"]["preflight_argv"] += ["--sleep", "1"]
+    attempt, staged = run(tmp_path, fake_slurm, data)
+    directory = staged.attempt_dir
+    moves = {(e["from"], e["to"]): e["ts"] for e in map(json.loads, (directory / "journal.jsonl").read_text().splitlines())
+             if e["kind"] == "transition"}
+    entered, passed = moves[("verified", "preflight")], moves[("preflight", "deploying")]
+    launched = {p["name"]: p["started_at"] for p in read(directory, "processes.json")["processes"]
+                if p["name"].startswith("deploy-")}
+    released = {p.name.split(".")[0]: json.loads(p.read_text())["released_at"]
+                for p in (directory / "steps").glob("deploy-*.started.json")}
+    assert "succeeded" == attempt.outcome
+    assert {"deploy-big-0", "deploy-big-0-1", "deploy-small-0"} == set(launched) == set(released)
+    assert [] == [n for n, at in launched.items() if not entered <= at < passed - 0.5]
+    assert [] == [n for n, at in released.items() if at < passed]
+
+
+def test_the_node_probe_is_a_step_on_the_other_nodes_only(tmp_path, fake_slurm) -> None:
+    """The supervisor's own node (the batch step holds the job's GPUs there) is probed from the
+    supervisor, without an srun: a one-node attempt starts no probe step, and a three-node one
+    starts one probe step on the two other nodes."""
+    launched = {}
+    for plan in ("single-node", "two-deployments"):
+        attempt, staged = run(tmp_path / plan, fake_slurm, plan_data(plan))
+        assert "succeeded" == attempt.outcome
+        probes = [p["argv"] for p in read(staged.attempt_dir, "processes.json")["processes"] if p["name"] == "probe"]
+        launched[plan] = [next(a for a in argv if a.startswith("--nodelist=")) for argv in probes]
+    assert {"single-node": [], "two-deployments": ["--nodelist=127.0.2.2,127.0.2.3"]} == launched

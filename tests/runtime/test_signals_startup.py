@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.runtime.harness import (
+    NODES,
     allocation_env,
     journal,
     no_leftovers,
@@ -60,7 +61,7 @@ def interpreter_floor(signo: int) -> float:
 
 def _start(tmp_path, fake_slurm, data, bin_dir=None):
     staged = stage_plan(tmp_path, data)
-    env = allocation_env(bin_dir or fake_slurm.bin_dir, ("127.0.2.1",), 1)
+    env = allocation_env(bin_dir or fake_slurm.bin_dir, NODES[: data["job"]["nodes"]], data["job"]["gpus_per_node"])
     proc = subprocess.Popen(supervisor_argv(staged, data), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return staged, proc
 
@@ -117,11 +118,12 @@ def _bin_with_srun(directory: Path, fake_bin: Path, script: str) -> Path:
 
 @pytest.mark.timeout(90)
 def test_a_signal_as_the_probe_returns_starts_no_server(tmp_path, fake_slurm) -> None:
-    """SIGTERM as the node probe's step returns: the gate stops the attempt before any server or
-    the gateway is launched; the only step that may have started is the client preflight, which is
-    launched beside the probe, and cleanup leaves nothing of it."""
+    """SIGTERM as the node probe's step (on the nodes other than the supervisor's) returns: the gate
+    stops the attempt before any server or the gateway is started; the only program that may have
+    started is the client preflight, launched beside the probe (the deployment steps launched
+    held beside it are never released), and cleanup leaves nothing of any of them."""
     bin_dir = _bin_with_srun(tmp_path / "bin", fake_slurm.bin_dir, SRUN_SIGNALLING_AFTER_PROBE)
-    staged, proc = _start(tmp_path, fake_slurm, plan_data("single-node"), bin_dir)
+    staged, proc = _start(tmp_path, fake_slurm, plan_data("two-deployments"), bin_dir)
     output, _ = proc.communicate(timeout=80)
     assert 4 == proc.returncode, output
     assert ("cancelled", "sigterm") == outcome(staged.attempt_dir)

@@ -85,7 +85,8 @@ def run_step(argv: list[str]) -> int:
     gres = args.get("gres") or ""
     gpus = int(gres.split(":")[1]) if gres.startswith("gpu:") else 0
     nodes = expand_hostlist(args.get("nodelist", ""))
-    children = [_spawn(command, _task_env(args, exported, jobid, step_id, node, rank, gpus))
+    children = [_spawn(command, _task_env(args, exported, jobid, step_id, node, rank, gpus),
+                       forward_stdin=len(nodes) == 1)
                 for rank, node in enumerate(nodes)]
     with fake.edit() as state:
         state.setdefault("steps", {})[f"{jobid}.{step_id}"] = children
@@ -102,10 +103,13 @@ def _task_env(args: dict[str, str], exported: dict[str, str], jobid: str, step_i
     return env
 
 
-def _spawn(command: list[str], env: dict[str, str]) -> int:
-    """One task, stdin from /dev/null, stdout and stderr srun's own (the step's log)."""
-    return os.posix_spawn(_program(command, env), command, env,
-                          file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
+def _spawn(command: list[str], env: dict[str, str], forward_stdin: bool) -> int:
+    """One task, stdout and stderr srun's own (the step's log). A one-task step reads srun's own
+    stdin, as real srun forwards it (a held step is released through it); the tasks of a
+    several-task step read /dev/null (real srun copies its stdin to each; nothing here uses that)."""
+    actions = [] if forward_stdin else [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    return os.posix_spawn(_program(command, env), command, env, file_actions=actions)
+
 
 
 def _wait(children: list[int]) -> int:
