@@ -31,6 +31,7 @@ READY_POLL_PER_REPLICA_S = 0.002
 PROBE_STEP = "probe"
 PROBE_TIMEOUT_S = 60.0
 EXIT_POLL_S = 0.01  # waiting for one process to exit or to serve: a poll is one waitpid or one small read
+GATEWAY_POLL_S = 0.002  # from the config written to the gateway serving: ~10 ms on the path to the client
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
 SIGNAL_GRACE_S = 2.0
@@ -209,7 +210,7 @@ class RuntimeActions:
                 raise AttemptFailure("gateway_failed", f"the gateway did not serve within "
                                      f"{gateway_step.START_TIMEOUT_S:g}s; see {files.log_ref(gateway_step.GATEWAY_STEP)}")
             if self.gateway_base is None:
-                self.s.clock.sleep(EXIT_POLL_S)
+                self.s.clock.sleep(GATEWAY_POLL_S)
         return True
 
     def publish_endpoints(self) -> None:
