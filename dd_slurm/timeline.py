@@ -129,7 +129,8 @@ def build(attempt_id: str, record: Any, entries: Any, readiness: Any, processes:
     rows += state_rows(moves, job_start)
     deploying_end = next((ts for s, d, ts in moves if s == "deploying"), moves[-1][2] if moves else None)
     deploying_start = next((ts for s, d, ts in moves if d == "deploying" and s != d), None)
-    rows += load_rows(readiness, processes, deploying_end, deploying_start)
+    if deploying_start is not None:  # steps launched held beside a failed preflight never loaded
+        rows += load_rows(readiness, processes, deploying_end, deploying_start)
     rows.sort(key=lambda r: (r.start, r.section != "attempt"))
     job = _dict(_dict(plan).get("job"))
     nodes, per_node = _num(job.get("nodes")), _num(job.get("gpus_per_node"))

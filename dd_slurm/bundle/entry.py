@@ -198,7 +198,7 @@ def main(argv: list) -> int:
         sys.meta_path.insert(0, OnlyVerified(NODE_MODULES))
         from dd_slurm.runtime.stepexec import main as node_main
 
-        return node_main(argv[1:])
+        return node_main(argv[1:], _DD_SLURM_EARLY_SIGNALS)
     if len(argv) > 1 and argv[1] == GATEWAY_COMMAND:
         from dd_slurm.gateway.__main__ import main as gateway_main
 

@@ -5,45 +5,33 @@
 imported what it needs and waits, listening nowhere; SIGTERM or SIGINT while it waits ends it with
 exit 0. Without the flag a missing CONFIG is an error, as any unreadable one.
 
-Signals from the first instruction: run from the bundle, the boot's handlers record every
-SIGTERM/SIGINT into `early_signals` from the interpreter's first instruction on. `main` keeps
-recording into that same list until the service's own loop handlers are in place, and a stop
-signal found there, however early it landed, ends the gateway as one received later would.
+Stop signals from the boot's first instruction on (stops.py): one that lands while it waits ends it
+as above; one that lands after its config exists, before it serves, ends it with exit 0 too
+("stopped before serving"), before it listens.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from dd_slurm.clock import Clock
+from dd_slurm.gateway.stops import record_stop_signals, stop_requested
 
 AWAIT_FLAG = "--await-config"
 AWAIT_POLL_S = 0.005  # one stat() per poll: what the client's start waits for once CONFIG is written
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def record_stop_signals(received: list[int]) -> None:
-    """From now on SIGTERM and SIGINT are only appended to `received` (the handlers only record)."""
-    for signo in STOP_SIGNALS:
-        signal.signal(signo, lambda got, _frame: received.append(got))
-
-
-def stop_requested(received: list[int]) -> bool:
-    return any(signo in STOP_SIGNALS for signo in received)
-
-
 def await_config(path: Path, clock: Clock, received: list[int], waiting: Callable[[], None]) -> bool:
-    """True once `path` exists; False when a stop signal is (or was already) in `received`.
+    """True once `path` exists; False when a stop signal is (or was already) in `received` first.
     `waiting` runs once `record_stop_signals(received)` is in place, so whoever it tells may signal."""
     waiting()
-    while not stop_requested(received) and not path.exists():
+    while not path.exists():
+        if stop_requested(received):
+            return False
         clock.sleep(AWAIT_POLL_S)
-    return not stop_requested(received)
+    return True
 
 
 def main(argv: list[str], early_signals: list[int] | None = None) -> int:

@@ -25,6 +25,7 @@ from dd_slurm.gateway.config import GatewayConfig
 from dd_slurm.gateway.pool import AliasPool
 from dd_slurm.gateway.proxy import Proxy
 from dd_slurm.gateway.stats import report
+from dd_slurm.gateway.stops import STOP_SIGNALS, stop_requested
 from dd_slurm.store.atomic import write_json_atomic
 
 EXIT_CONFIG = 2
@@ -66,6 +67,9 @@ class Service:
         if self.config.api_key_var and not self.api_key:
             log(f"error: api_key_var: the environment variable {self.config.api_key_var} is not set")
             return EXIT_CONFIG
+        if stop_requested(self.received):
+            log("stopped before serving")
+            return 0
         proxy = Proxy(self.pools, self.api_key, self.config.retry_after_s, self.config.connect_timeout_s,
                       self.clock.monotonic, self.stats)
         try:
@@ -83,10 +87,10 @@ class Service:
         log(f"serving {', '.join(self.state['models'].values())}")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signo in (signal.SIGTERM, signal.SIGINT):
+        for signo in STOP_SIGNALS:
             loop.add_signal_handler(signo, stop.set)
         loop.add_signal_handler(signal.SIGUSR1, self.write_stats)
-        if any(signo in (signal.SIGTERM, signal.SIGINT) for signo in self.received):
+        if stop_requested(self.received):
             stop.set()  # it landed before the handlers above: it counts all the same
         stall = self.config.stall_timeout_s
         watchdog = asyncio.ensure_future(self.watch(stop, stall)) if stall else None

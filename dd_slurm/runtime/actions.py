@@ -35,6 +35,7 @@ GATEWAY_POLL_S = 0.002  # from the config written to the gateway serving: ~10 ms
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
 SIGNAL_GRACE_S = 2.0
+WITHDRAW_WAIT_S = 2.0  # held steps never released, at cleanup: end of input, then cleanup stops any left
 
 
 def readiness_poll_s(waiting: int) -> float:
@@ -141,8 +142,9 @@ class RuntimeActions:
                 if needs_port(spec):
                     self.deferred.setdefault(unit.name, []).append(spec)
                 else:
-                    self._start(evolve(spec, held=True))
-                    self.started[spec.name] = spec
+                    held = evolve(spec, held=True)
+                    self._start(held)
+                    self.started[spec.name] = held
 
     # preflight -> deploying
     def release_deployments(self) -> None:
@@ -152,7 +154,7 @@ class RuntimeActions:
         p.runner.release(list(self.started))
         self.released = True
         with self.readiness.batch():
-            for unit in sorted(p.placement, key=lambda u: -len(u.nodes)):
+            for unit in p.placement:
                 timeout = p.deployment(unit.deployment).ready_timeout_s
                 self.deadlines[unit.name] = s.clock.monotonic() + timeout
                 self.readiness.move(unit.name, "starting", deadline=s.clock.wall() + timeout)
@@ -243,6 +245,8 @@ class RuntimeActions:
         p = s.prepared_or_none()  # None when preparation failed: cleanup still stops what this process started
         phases = [["client", "preflight", PROBE_STEP], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
         grace = s.cleanup_grace_s(default=10.0)
+        if p is not None and self.started and not self.released:  # held steps end by end of input, started nothing
+            p.runner.withdraw(list(self.started), s.clock.monotonic() + WITHDRAW_WAIT_S)
         nodes = p.alloc.nodes if p is not None else ()
         cleanup = cleanup_module().Cleanup(
             attempt_dir=s.dir, table=s.table, runner=p.runner if p is not None else None, clock=s.clock, grace_s=grace,

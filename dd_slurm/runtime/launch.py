@@ -55,6 +55,13 @@ class StepRunner:
         for name in names:
             self.table.release(name, RELEASE)
 
+    def withdraw(self, names: list[str], deadline: float) -> list[str]:
+        """End held steps that were never released (end of input: each launcher exits 0 having
+        started nothing), waiting until the monotonic `deadline`; the names still running."""
+        for name in names:
+            self.table.release(name, b"")
+        return self.table.wait_all(names, deadline)
+
     def started(self, name: str) -> Optional[dict]:
         """What the on-node launcher recorded (node, pid, step id), or None if it never ran."""
         path = files.step_started(self.dir, name)

@@ -40,6 +40,19 @@ class Tracked:
                 "exit_code": self.exit_code, "stop": self.stop, "step_record": self.step_record}
 
 
+def allow_open_files() -> None:
+    """Each held child's pipe stays open here until its release: raise the soft limit on open
+    files to the hard one, so a large allocation's held steps do not run out of descriptors."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # the soft limit stays; the launch that runs out of descriptors fails as launch_failed
+
+
 class ProcessTable:
     def __init__(self, attempt_dir: Path, clock: Clock) -> None:
         self.path = Path(attempt_dir) / files.PROCESSES
@@ -51,6 +64,8 @@ class ProcessTable:
     def spawn(self, name: str, argv: list[str], env: Mapping[str, str], log: Path, step_record: str = "",
               held: bool = False) -> Tracked:
         """`held`: its stdin is a pipe that only this process holds open, for `release`."""
+        if held:
+            allow_open_files()
         with open(log, "ab") as out:
             popen = subprocess.Popen(argv, env=dict(env), stdin=subprocess.PIPE if held else subprocess.DEVNULL,
                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -61,8 +76,8 @@ class ProcessTable:
         return tracked
 
     def release(self, name: str, word: bytes) -> bool:
-        """Write `word` to a held child's stdin and close it; False when the child is gone (or was
-        never held): whoever watches it learns why from its exit."""
+        """Write `word` to a held child's stdin and close it (empty: end of input alone); False when
+        the child is gone (or was never held): whoever watches it learns why from its exit."""
         stdin = self.procs[name].popen.stdin
         if stdin is None or stdin.closed:
             return False

@@ -128,10 +128,24 @@ def launch_plan(spec: dict, env: dict[str, str], node: str,
 RELEASE = b"go\n"
 
 
+def heed_stop_signals(recorded: list[int] | None) -> None:
+    """From here on SIGTERM, SIGINT and SIGHUP end this launcher as they would end its program (the
+    boot's handlers only recorded them), and one the boot recorded already ends it now: a step told
+    to stop before its program started never starts it, held or not."""
+    import _signal  # the C module: `signal` would import enum
+
+    stops = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
+    for signo in stops:
+        _signal.signal(signo, _signal.SIG_DFL)
+    for signo in recorded or ():
+        if signo in stops:
+            os.kill(os.getpid(), signo)
+
+
 def await_release(name: str) -> float | None:
-    """A held step waits here, before anything else, for RELEASE on its stdin (srun forwards the
-    supervisor's pipe to the task); then stdin becomes /dev/null, as an unheld step's is. The wall
-    time of the release, or None when input ended first (the supervisor is gone)."""
+    """A held step waits here, before it looks at its program, for RELEASE on its stdin (srun
+    forwards the supervisor's pipe to the task); then stdin becomes /dev/null. The wall time of the
+    release, or None when input ended first (the supervisor withdrew it, or is gone)."""
     got = b""
     while len(got) < len(RELEASE):
         chunk = os.read(0, len(RELEASE) - len(got))
@@ -149,11 +163,15 @@ def await_release(name: str) -> float | None:
     return time.time()
 
 
-def run_step(spec_path: str) -> int:
+def run_step(spec_path: str, recorded: list[int] | None = None) -> int:
+    """`recorded`: the stop signals the boot has recorded so far (see heed_stop_signals)."""
+    heed_stop_signals(recorded)
     spec = read_json(spec_path)
-    released_at = await_release(spec["name"]) if spec.get("held") else None
-    if spec.get("held") and released_at is None:
-        return 0
+    released_at = None
+    if spec.get("held"):
+        released_at = await_release(spec["name"])
+        if released_at is None:
+            return 0
     env, gpu_problem = step_environment(spec, dict(os.environ))
     record = {"name": spec["name"], "node": node_name(), "pid": os.getpid(), "start_time": start_time(os.getpid()),
               "pgid": os.getpgid(0), "sid": os.getsid(0),
@@ -230,10 +248,10 @@ def identity(request_path: str) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], recorded: list[int] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "_step":
-        return run_step(rest[0])
+        return run_step(rest[0], recorded)
     if command == "_probe":
         return probe(rest[0])
     if command == "_identity":

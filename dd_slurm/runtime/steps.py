@@ -14,8 +14,8 @@ of the job's GPUs on their node (so device cgroups admit them) and the launcher 
 CUDA_VISIBLE_DEVICES to the slots placement gave them, so co-located replicas never share.
 A held step (deployments, launched while the preflight runs) is released through srun's stdin,
 which srun forwards to its task on whatever node: the launcher reads `go` before it looks at the
-program, chooses a port or writes its record; end of input instead (the supervisor is gone) ends
-it without running anything.
+program, chooses a port or writes its record; end of input instead (the supervisor withdrew it,
+or is gone) ends it without running anything.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class StepSpec:
     rank: int = 0
     choose_port: bool = False  # the launcher picks a free port on its node for {port}
     avoid_ports: tuple[int, ...] = ()  # fixed ports of other replicas on this node
-    held: bool = False  # launched early: the launcher waits for "go" on its stdin before anything else
+    held: bool = False  # launched early: the launcher waits for "go" on its stdin before it looks at its program
 
     @property
     def unit(self) -> str:

@@ -5,6 +5,7 @@ starts anything; end of input instead ends it without starting anything."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.bundle.stage import ensure_bundle
 from dd_slurm.runtime.stepexec import RELEASE
 from dd_slurm.scheduler.render import interpreter
+from tests.runtime.test_signals_startup import caught
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -63,3 +65,25 @@ def test_a_held_step_whose_input_ends_starts_nothing(tmp_path) -> None:
     proc.stderr.close()
     assert (0, (False, False)) == (code, _touched(paths))
     assert ["dd-slurm step deploy-m-0: never released (input ended); nothing was started"] == log
+
+
+@pytest.mark.parametrize("moment", ["as the boot records it", "while it waits"])
+def test_a_held_step_told_to_stop_dies_of_it_and_starts_nothing(tmp_path, moment) -> None:
+    """SIGTERM while held (cleanup, or scancel of the step), whether it lands as the boot's handler
+    records it (before the launcher's own code) or while the launcher waits for "go": it dies of
+    it, as its program would have, without a record and without running its program, though its
+    stdin is still open."""
+    proc, paths = _held_launcher(tmp_path)
+    if moment == "while it waits":
+        time.sleep(1.0)  # past the bundle check and imports
+    else:
+        deadline = time.monotonic() + 10
+        while not caught(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.0002)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(10)
+    finally:
+        proc.stdin.close()
+        proc.stderr.close()
+    assert (-signal.SIGTERM, (False, False)) == (code, _touched(paths))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.runtime.harness import journal, no_leftovers, plan_data, read, run
+from tests.runtime.harness import journal, no_leftovers, plan_data, read, run, servers_started
 
 HAPPY = [("staged", "verified", None), ("verified", "preflight", None), ("preflight", "deploying", None),
          ("deploying", "ready", None), ("ready", "client", None), ("client", "finalize", None),
@@ -114,3 +114,20 @@ def test_the_node_probe_is_a_step_on_the_other_nodes_only(tmp_path, fake_slurm) 
         probes = [p["argv"] for p in read(staged.attempt_dir, "processes.json")["processes"] if p["name"] == "probe"]
         launched[plan] = [next(a for a in argv if a.startswith("--nodelist=")) for argv in probes]
     assert {"single-node": [], "two-deployments": ["--nodelist=127.0.2.2,127.0.2.3"]} == launched
+
+
+def test_a_failed_preflight_withdraws_the_held_steps_and_no_server_ever_starts(tmp_path, fake_slurm) -> None:
+    """The preflight exits 1: the attempt fails `preflight_failed`; the deployment steps launched held
+    beside it end by end of input (exit 0, before cleanup had to stop them), no launcher wrote its
+    record, the timeline shows no load, and nothing is left."""
+    from dd_slurm.timeline import load
+
+    data = plan_data("two-deployments")
+    data["client"]["preflight_argv"] += ["--exit-code", "1"]
+    attempt, staged = run(tmp_path, fake_slurm, data)
+    directory = staged.attempt_dir
+    held = {p["name"]: p["how"] for p in read(directory, "cleanup.json")["processes"] if p["name"].startswith("deploy-")}
+    assert ("failed", "preflight_failed") == (attempt.outcome, attempt.reason)
+    assert {name: "exited 0 before cleanup" for name in ("deploy-big-0", "deploy-big-0-1", "deploy-small-0")} == held
+    assert ([], []) == (servers_started(directory), [r.name for r in load(directory).rows if r.name.endswith(" load")])
+    assert [] == no_leftovers(staged.attempt_id)

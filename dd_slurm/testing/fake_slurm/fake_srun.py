@@ -111,7 +111,6 @@ def _spawn(command: list[str], env: dict[str, str], forward_stdin: bool) -> int:
     return os.posix_spawn(_program(command, env), command, env, file_actions=actions)
 
 
-
 def _wait(children: list[int]) -> int:
     """Every task's exit; like real srun, a SIGTERM to srun kills the tasks still running with SIGKILL.
     The first failing task's code (128 + signal for a killed one) is srun's."""
