@@ -17,11 +17,12 @@ from dd_slurm.runtime.endpoints import endpoint_map, publish
 from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
-from dd_slurm.runtime.replicas import exit_reason, published_port
+from dd_slurm.runtime.replicas import published_port
 from dd_slurm.runtime.results import validate_result
-from dd_slurm.runtime.session import NotPrepared, Session
+from dd_slurm.runtime.session import Session
 from dd_slurm.runtime.stepexec import probe_answer, read_json
 from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
+from dd_slurm.runtime.watching import Watching
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
@@ -30,11 +31,9 @@ READY_POLL_MIN_S, READY_POLL_MAX_S = 0.01, 0.05
 READY_POLL_PER_REPLICA_S = 0.002
 PROBE_STEP = "probe"
 PROBE_TIMEOUT_S = 60.0
-EXIT_POLL_S = 0.01  # waiting for one process to exit or to serve: a poll is one waitpid or one small read
 GATEWAY_POLL_S = 0.002  # from the config written to the gateway serving: ~10 ms on the path to the client
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
-SIGNAL_GRACE_S = 2.0
 WITHDRAW_WAIT_S = 2.0  # held steps never released, at cleanup: end of input, then cleanup stops any left
 
 
@@ -52,13 +51,10 @@ def cleanup_module() -> ModuleType:
     return cleanup
 
 
-class RuntimeActions:
+class RuntimeActions(Watching):
     def __init__(self, session: Session, verified_bundle: Optional[tuple[str, str]] = None) -> None:
-        self.s = session
+        super().__init__(session)
         self.verified_bundle = verified_bundle  # (dir, digest) the entry point verified in this process
-        self._readiness: Optional[Readiness] = None  # created by ensure_readiness, once prepared
-        self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order (held until released)
-        self.released = False  # whether release_deployments has let the held steps go on
         self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
         self.ports: dict[str, int] = {}  # replica name -> its port (fixed, or published by its leader)
         self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
@@ -322,35 +318,10 @@ class RuntimeActions:
             url = f"http://{unit.leader}:{self.ports[unit.name]}/v1"
             self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=self.ports[unit.name])
 
-    def _let_signals_land(self) -> None:
-        """Before calling a child's exit or absence a failure: scancel (and the time limit) signal
-        the steps and the batch step at once, so our own signal gets up to SIGNAL_GRACE_S to
-        land (under load, slurmstepd delivers them apart), and then wins."""
-        deadline = self.s.clock.monotonic() + SIGNAL_GRACE_S
-        while not self.s.gate.received and self.s.clock.monotonic() < deadline:
-            self.s.clock.sleep(EXIT_POLL_S)
-        self.s.gate.check()
-
-    def _unless_signalled(self, failure: AttemptFailure) -> AttemptFailure:
-        self._let_signals_land()
-        return failure
-
     def _identity_failed(self, unit: Placed, port: int, detail: str) -> None:
         self._let_signals_land()  # a server gone between health and the check may be scancel's doing
         self.readiness.move(unit.name, "failed", detail=detail)
         raise AttemptFailure("server_identity", f"{unit.name}: port {port} on {unit.leader}: {detail}")
-
-    def ensure_readiness(self) -> Readiness:
-        if self._readiness is None:
-            self._readiness = Readiness.new(self.s.dir, self.s.attempt_id, self.s.readiness_entries())
-        return self._readiness
-
-    @property
-    def readiness(self) -> Readiness:
-        """The readiness record; NotPrepared before ensure_readiness has created it."""
-        if self._readiness is None:
-            raise NotPrepared(f"attempt {self.s.attempt_id}: readiness used before ensure_readiness()")
-        return self._readiness
 
     def _finish_readiness(self) -> None:
         readiness = self._readiness or Readiness.left_by_earlier_run(self.s.dir)
@@ -359,45 +330,3 @@ class RuntimeActions:
         p = self.s.prepared_if_any
         if p is not None and p.placement and (self.s.dir / files.ENDPOINTS).exists():
             self.publish("withdrawn")
-
-    def _wait_exit(self, name: str, deadline: Optional[float], timeout_reason: str) -> int:
-        code = self._exit_by(name, deadline)
-        if code is None:
-            raise AttemptFailure(timeout_reason, f"{name} still running at its deadline")
-        return code
-
-    def _exit_by(self, name: str, deadline: Optional[float]) -> Optional[int]:
-        """The exit code of `name`, or None when it still runs at `deadline`."""
-        while True:
-            self.s.gate.check()
-            code = self.s.table.poll(name)
-            if code is not None:
-                return code
-            self.check_alive()
-            if deadline is not None and self.s.clock.monotonic() > deadline:
-                return None
-            self.s.clock.sleep(EXIT_POLL_S)
-
-    def check_alive(self) -> None:
-        """A deployment step that exited is a failure now, not at a deadline. When a follower and
-        its leader are both gone, the follower is the cause (the leader exits on losing a rank).
-        A gateway that ended (a stalled replica, or itself) fails the attempt likewise. Held steps
-        count once released: before, the probe's and the preflight's verdicts come first."""
-        if not self.released or not [n for n in self.started if self.s.table.poll(n) is not None]:  # polls every step
-            self._gateway_ended()
-            return
-        self._let_signals_land()
-        exited = [self.started[n] for n in self.started if self.s.table.poll(n) is not None]
-        spec = next((step for step in exited if step.rank > 0), exited[0])
-        code = self.s.table.procs[spec.name].exit_code
-        reason = exit_reason(self.s.prepared.runner.started(spec.name), spec, self.readiness.state(spec.unit) == "ready")
-        self.readiness.move(spec.unit, "failed", detail=f"{spec.name} exited {code}")
-        raise AttemptFailure(reason, f"{spec.name} exited {code}; see {files.log_ref(spec.name)}")
-
-    def _gateway_ended(self, wait_s: float = 0.0) -> None:
-        """Raise the gateway's failure if it has exited (waiting up to `wait_s` for it to)."""
-        if gateway_step.GATEWAY_STEP not in self.s.table.procs:
-            return
-        code = self.s.table.wait(gateway_step.GATEWAY_STEP, self.s.clock.monotonic() + wait_s)
-        if code is not None:
-            raise self._unless_signalled(gateway_step.exit_failure(self.s.dir, code))

@@ -14,8 +14,9 @@ import pytest
 from dd_slurm.clock import FakeClock
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import gateway_step
-from dd_slurm.runtime.actions import SIGNAL_GRACE_S, RuntimeActions
+from dd_slurm.runtime.actions import RuntimeActions
 from dd_slurm.runtime.signals import SignalGate
+from dd_slurm.runtime.watching import SIGNAL_GRACE_S
 from dd_slurm.store.readiness import Readiness
 
 
