@@ -3,6 +3,8 @@ Launch actions return at once; guards wait against absolute deadlines and raise 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from types import ModuleType
 from typing import Optional
@@ -31,6 +33,7 @@ READY_POLL_MIN_S, READY_POLL_MAX_S = 0.01, 0.05
 READY_POLL_PER_REPLICA_S = 0.002
 PROBE_STEP = "probe"
 PROBE_TIMEOUT_S = 60.0
+LOCAL_PROBE_POLL_S = 0.001  # the supervisor's own node: a few stat()s and binds, ~1 ms
 GATEWAY_POLL_S = 0.002  # from the config written to the gateway serving: ~10 ms on the path to the client
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
@@ -52,9 +55,11 @@ def cleanup_module() -> ModuleType:
 
 
 class RuntimeActions(Watching):
-    def __init__(self, session: Session, verified_bundle: Optional[tuple[str, str]] = None) -> None:
+    def __init__(self, session: Session, verified_bundle: Optional[tuple[str, str]] = None,
+                 local_probe: Callable[[dict, str, Mapping[str, str]], dict] = probe_answer) -> None:
         super().__init__(session)
         self.verified_bundle = verified_bundle  # (dir, digest) the entry point verified in this process
+        self.local_probe = local_probe  # this node's probe answer (request, node, environment)
         self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
         self.ports: dict[str, int] = {}  # replica name -> its port (fixed, or published by its leader)
         self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
@@ -124,8 +129,23 @@ class RuntimeActions(Watching):
             if problem and not answers:
                 raise AttemptFailure("probe_failed", problem)
         if here in s.prepared.alloc.nodes:
-            answers[here] = probe_answer(read_json(str(files.probe_request(s.dir))), here, s.ambient)
+            local = self._probe_here(here)
+            if local is not None:
+                answers[here] = local
         return answers
+
+    def _probe_here(self, here: str) -> Optional[dict]:
+        """This node's answer, worked out in a daemon thread: a lookup that hangs (a stale mount
+        under a program's path, a stalled resolver) ends at the probe's deadline, as a probe step
+        would (None: the node did not answer), and a signal still decides first."""
+        s, found = self.s, []
+        request = read_json(str(files.probe_request(s.dir)))
+        worker = threading.Thread(target=lambda: found.append(self.local_probe(request, here, s.ambient)), daemon=True)
+        worker.start()
+        while worker.is_alive() and (self.probe_deadline is None or s.clock.monotonic() < self.probe_deadline):
+            s.gate.check()
+            s.clock.sleep(LOCAL_PROBE_POLL_S)
+        return found[0] if found else None
 
     def launch_deployments(self) -> None:
         """Every replica's steps, held: srun, the launcher's start-up and its bundle check overlap

@@ -55,3 +55,28 @@ def test_a_probe_running_at_its_deadline_names_what_it_could(answers, expected) 
         actions.preflights_passed()
     assert (expected, [(PROBE_STEP, clock.monotonic())]) == ((failure.value.reason, failure.value.detail), probe.asked)
     assert clock.monotonic() >= actions.probe_deadline
+
+
+def test_this_nodes_probe_that_hangs_names_this_node_at_the_deadline(tmp_path) -> None:
+    """The supervisor's own node is probed in-process; a lookup there that never returns (a stale
+    mount under a program's path) ends at the probe's deadline as a silent probe step would: the
+    node is named (`hosts`), and the supervisor was not stuck in it."""
+    import threading
+
+    stuck = threading.Event()
+    clock = FakeClock()
+    (tmp_path / "steps").mkdir()
+    (tmp_path / "steps" / "probe-request.json").write_text('{"nodes": {"n1": {"ports": [], "executables": []}}}')
+    prepared = SimpleNamespace(plan=SimpleNamespace(job=SimpleNamespace(gpus_per_node=0)),
+                               alloc=SimpleNamespace(nodes=("n1",)))
+    session = SimpleNamespace(gate=SimpleNamespace(check=lambda: None), clock=clock, prepared=prepared, dir=tmp_path,
+                              table=SimpleNamespace(procs={}), ambient={"SLURMD_NODENAME": "n1"})
+    actions = RuntimeActions(session, local_probe=lambda *_args: stuck.wait(30) and {})  # type: ignore[arg-type]
+    actions.probe_deadline = clock.monotonic() + 1.0
+    try:
+        with pytest.raises(AttemptFailure) as failure:
+            actions.preflights_passed()
+    finally:
+        stuck.set()
+    assert ("hosts", "node n1 did not answer the probe") == (failure.value.reason, failure.value.detail)
+    assert clock.monotonic() >= actions.probe_deadline
