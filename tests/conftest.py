@@ -79,13 +79,7 @@ def fake_slurm(tmp_path):
 
     fake = install(tmp_path / "fake-bin")
     yield fake
-    for job in fake.read()["jobs"].values():
-        for pid in [job.get("pid"), job.get("driver"), *(t.get("pid") for t in job.get("tasks", {}).values())]:
-            if pid:
-                try:
-                    os.killpg(pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
+    fake.end_everything(str(tmp_path))
 
 
 @pytest.fixture

@@ -48,6 +48,21 @@ class FakeSlurm:
                 tmp.write_text(after)
                 os.replace(tmp, self.path)
 
+    def end_everything(self, marker: str) -> None:
+        """What every job's end does on a real cluster (slurmd ends its steps too): SIGKILL each job's
+        process groups, and each step's (its srun's, with every task and their children), a step
+        only while a task of it still shows `marker` (a test's own tmp path) in its environment or
+        command line, since a pid recorded earlier may have been reused since."""
+        state = self.snapshot()
+        for job in state["jobs"].values():
+            for pid in [job.get("pid"), job.get("driver"), *(t.get("pid") for t in job.get("tasks", {}).values())]:
+                if pid:
+                    _killpg(pid)
+        for tasks in state.get("steps", {}).values():
+            for pid in tasks:
+                if _shows(pid, marker.encode()):
+                    _kill_group_of(pid)
+
     def read(self) -> dict[str, Any]:
         """The state, with `calls` (every tool call so far, in order) from the call log."""
         return {**self.snapshot(), "calls": self._calls()}
@@ -103,3 +118,32 @@ class FakeSlurm:
 
     def calls(self, tool: str | None = None) -> list[list[str]]:
         return [c["argv"] for c in self._calls() if tool is None or c["tool"] == tool]
+
+
+def _shows(pid: int, marker: bytes) -> bool:
+    for part in ("environ", "cmdline"):
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as handle:
+                if marker in handle.read():
+                    return True
+        except OSError:
+            return False
+    return False
+
+
+def _kill_group_of(pid: int) -> None:
+    """SIGKILL the process group of `pid`, unless it is the caller's own (a step whose srun a test
+    started without a session of its own)."""
+    try:
+        group = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    if group != os.getpgrp():
+        _killpg(group)
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
