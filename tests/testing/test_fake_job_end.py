@@ -26,12 +26,13 @@ def _step(fake_slurm, env: dict) -> tuple[subprocess.Popen, int]:
 
 def test_the_end_of_the_fake_jobs_ends_the_steps_of_this_test_only(fake_slurm, tmp_path) -> None:
     """A step whose task carries this test's tmp path is killed, srun and task; the same step
-    marked with another path (a pid that may belong to someone else by now) is left alone."""
+    marked with another test's path (a pid that may belong to someone else by now), even one that
+    this test's path is a prefix of (`test_x1` and `test_x10`), is left alone."""
     ours, our_task = _step(fake_slurm, {"DD_SLURM_ATTEMPT_DIR": str(tmp_path / "ws" / "attempts" / "a")})
     fake_slurm.end_everything(str(tmp_path))
     ended = (ours.wait(10), _alive(our_task))
     fake_slurm.reset()
-    theirs, their_task = _step(fake_slurm, {"DD_SLURM_ATTEMPT_DIR": "/elsewhere"})
+    theirs, their_task = _step(fake_slurm, {"DD_SLURM_ATTEMPT_DIR": f"{tmp_path}0/ws/attempts/a"})
     fake_slurm.end_everything(str(tmp_path))
     time.sleep(0.3)
     spared = (theirs.poll(), _alive(their_task))

@@ -48,19 +48,21 @@ class FakeSlurm:
                 tmp.write_text(after)
                 os.replace(tmp, self.path)
 
-    def end_everything(self, marker: str) -> None:
+    def end_everything(self, under: str) -> None:
         """What every job's end does on a real cluster (slurmd ends its steps too): SIGKILL each job's
-        process groups, and each step's (its srun's, with every task and their children), a step
-        only while a task of it still shows `marker` (a test's own tmp path) in its environment or
-        command line, since a pid recorded earlier may have been reused since."""
+        process group and each step's (its srun's, with every task and their children). Only
+        processes that still show a path under `under` (a test's own tmp dir) in their environment
+        or command line are touched: pids wrap around quickly here (pid_max 32768), so one recorded
+        earlier may belong to another test's process by now."""
+        marker = os.path.join(under, "").encode()
         state = self.snapshot()
         for job in state["jobs"].values():
             for pid in [job.get("pid"), job.get("driver"), *(t.get("pid") for t in job.get("tasks", {}).values())]:
-                if pid:
+                if pid and _shows(pid, marker):
                     _killpg(pid)
         for tasks in state.get("steps", {}).values():
             for pid in tasks:
-                if _shows(pid, marker.encode()):
+                if _shows(pid, marker):
                     _kill_group_of(pid)
 
     def read(self) -> dict[str, Any]:
