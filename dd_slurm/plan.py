@@ -113,6 +113,9 @@ class Gateway:
     queue_limit: int = attrs.field(default=1024, validator=_v(C.between(0, C.MAX_QUEUE)))
     queue_timeout_s: float = attrs.field(default=30.0, validator=_v(_positive))
     stall_timeout_s: Optional[float] = attrs.field(default=300.0, validator=_v(_opt(_positive)))
+    header_timeout_s: float = attrs.field(default=10.0, validator=_v(_positive))
+    idle_timeout_s: float = attrs.field(default=120.0, validator=_v(_positive))
+    max_connections: int = attrs.field(default=4096, validator=_v(C.between(1, C.MAX_QUEUE)))
 
 
 @attrs.frozen

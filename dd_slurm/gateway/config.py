@@ -20,7 +20,8 @@ IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}\Z")
 TOP_KEYS = {"schema", "listen", "aliases", "queue_limit", "queue_timeout_s", "stall_timeout_s", "api_key_var",
-            "state_path", "stats_path", "retry_after_s", "connect_timeout_s"}
+            "state_path", "stats_path", "retry_after_s", "connect_timeout_s", "header_timeout_s", "idle_timeout_s",
+            "max_connections"}
 
 
 CONFIG_NAME, STATE_NAME, STATS_NAME = files.GATEWAY_CONFIG, files.GATEWAY_STATE, files.GATEWAY_STATS
@@ -63,19 +64,25 @@ class GatewayConfig:
     api_key_var: str | None = None
     retry_after_s: int = 1
     connect_timeout_s: float = 10.0
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 120.0
+    max_connections: int = 4096
 
 
 def for_attempt(attempt_dir: str, models: dict[str, list[dict]], max_inflight: dict[str, int],
                 gateway: Any = None, api_key_var: str | None = None, port: int = 0) -> GatewayConfig:
     """The attempt's gateway config. `models`: alias -> replicas as endpoints.json lists them
     ({deployment, replica, base_url}); `max_inflight`: per deployment name; `gateway`: the plan's
-    gateway record (queue_limit, queue_timeout_s, stall_timeout_s) or None for the defaults."""
+    gateway record (its queues, timeouts and connection cap) or None for the defaults."""
     aliases = {alias: tuple(ReplicaTarget(r["deployment"], r["replica"], r["base_url"],
                                           max_inflight.get(r["deployment"], 256)) for r in replicas)
                for alias, replicas in models.items()}
     settings = {} if gateway is None else {"queue_limit": gateway.queue_limit,
                                            "queue_timeout_s": float(gateway.queue_timeout_s),
-                                           "stall_timeout_s": gateway.stall_timeout_s}
+                                           "stall_timeout_s": gateway.stall_timeout_s,
+                                           "header_timeout_s": float(gateway.header_timeout_s),
+                                           "idle_timeout_s": float(gateway.idle_timeout_s),
+                                           "max_connections": gateway.max_connections}
     return GatewayConfig(aliases=aliases, state_path=f"{attempt_dir}/{STATE_NAME}",
                          stats_path=f"{attempt_dir}/{STATS_NAME}", port=port, api_key_var=api_key_var, **settings)
 
@@ -90,6 +97,8 @@ def to_json(config: GatewayConfig) -> dict:
         "stall_timeout_s": config.stall_timeout_s, "api_key_var": config.api_key_var,
         "state_path": config.state_path, "stats_path": config.stats_path,
         "retry_after_s": config.retry_after_s, "connect_timeout_s": config.connect_timeout_s,
+        "header_timeout_s": config.header_timeout_s, "idle_timeout_s": config.idle_timeout_s,
+        "max_connections": config.max_connections,
     }
 
 
@@ -117,6 +126,9 @@ def load(text: str) -> GatewayConfig:
         api_key_var=_env_name(data.get("api_key_var"), "api_key_var"),
         retry_after_s=_int(data.get("retry_after_s", 1), "retry_after_s", 0),
         connect_timeout_s=_number(data.get("connect_timeout_s", 10.0), "connect_timeout_s"),
+        header_timeout_s=_number(data.get("header_timeout_s", 10.0), "header_timeout_s"),
+        idle_timeout_s=_number(data.get("idle_timeout_s", 120.0), "idle_timeout_s"),
+        max_connections=_int(data.get("max_connections", 4096), "max_connections", 1),
     )
 
 

@@ -137,10 +137,11 @@ class Exchange:
             return
         try:
             pieces, rest = relay.feed(data)
-        except BadMessage:
-            self._abandon("client_gone")
+        except BadMessage as err:
+            self._bad_body(str(err))
             return
         if pieces and not self.conn.closed:
+            self.replica.progress = self.client.proxy.now()  # the upload is progress too
             self.conn.transport.write(b"".join(pieces))
         if rest is not None:
             self.request_body = None
@@ -156,7 +157,7 @@ class Exchange:
         buf = self.leftover + data if self.leftover else data
         while True:
             end = buf.find(END)
-            if end < 0:
+            if end < 0 or end > READ_LIMIT:  # too large, wherever its end falls
                 if len(buf) > READ_LIMIT:
                     self._failed("response head too large")
                     return
@@ -261,6 +262,27 @@ class Exchange:
         self.state = DONE
         self.pool.release(self.replica)
         self.client.finished(False)
+
+    def _bad_body(self, why: str) -> None:
+        """The request body's framing broke: the replica connection closes (its request never
+        ends), and the client is answered 400 unless the replica's response has begun."""
+        if self.status:
+            self._abandon("bad_request_body")
+            return
+        self.conn.close()
+        self.replica.stats.error("bad_request_body")
+        self.pool.stats.error("bad_request_body")
+        self.pool.stats.respond(400, self.client.proxy.now() - self.start)
+        self.state = DONE
+        self.request_body = None
+        self.pool.release(self.replica)
+        self.client.exchange = self.client.streaming = None
+        self.client.refuse(400, f"malformed chunked request body ({why})", "bad_request_body")
+
+    def client_gave_up(self) -> None:
+        """The request body stopped coming for the idle timeout."""
+        if self.state == SENT:
+            self._abandon("upload_timeout")
 
     def client_lost(self) -> None:
         """The client connection closed."""

@@ -16,13 +16,28 @@ END = b"\r\n\r\n"
 TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"upgrade",
                         b"expect", b"host", b"proxy-authorization"})
+FRAMING = frozenset({b"content-length", b"transfer-encoding"})
+NOT_HOP_BY_HOP = FRAMING | {b"host"}  # a Connection header naming one of these is refused
 NO_BODY = -1      # framing: no body at all
 CHUNKED = -2      # framing: chunked transfer coding
 UNTIL_CLOSE = -3  # framing: the body ends when the connection closes (responses only)
-LINE_MAX = 1 << 16  # a chunk size line or trailer line longer than this is a framing error
-REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found", 413: b"Content Too Large",
-           429: b"Too Many Requests", 431: b"Request Header Fields Too Large", 501: b"Not Implemented",
-           502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
+LINE_MAX = 1 << 14  # a chunk size line or trailer line longer than this is a framing error
+REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 404: b"Not Found", 408: b"Request Timeout",
+           413: b"Content Too Large", 417: b"Expectation Failed", 429: b"Too Many Requests",
+           431: b"Request Header Fields Too Large", 501: b"Not Implemented", 502: b"Bad Gateway",
+           503: b"Service Unavailable", 504: b"Gateway Timeout"}
+# Field values: visible characters, obs-text, SP and HTAB; no other control character (NUL, CR,
+# LF, VT, FF, DEL, ...). The request target: visible ASCII only (no SP, TAB, CR, LF, NUL, DEL).
+VALUE_BYTES = rb"[\t\x20-\x7e\x80-\xff]*"
+REQUEST_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+) ([\x21-\x7e]+) (HTTP/1\.[01])\Z")
+STATUS_LINE = re.compile(rb"(HTTP/1\.[01]) ([1-5][0-9][0-9])(?: (" + VALUE_BYTES + rb"))?\Z")
+HEADER_LINE = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:" + VALUE_BYTES + rb"\r\n"
+HEADER_BLOCK = re.compile(rb"(?:" + HEADER_LINE + rb")*")  # every line: token ":" value CRLF
+TRAILER_LINE = re.compile(HEADER_LINE + rb"\Z")
+HEADER_NAME = re.compile(rb"([^:\r\n]*):[^\r\n]*\r\n")
+CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;" + VALUE_BYTES + rb")?[ \t]*\r\n\Z")
+BARE_LF_END = re.compile(rb"\n\r?\n")  # the end of a head written with bare LFs
+CHUNK_MAX = 1 << 62
 
 
 class BadMessage(Exception):
@@ -37,13 +52,17 @@ class Head:
     """One parsed head. `start` is the request or status line split in three; `names` the header
     names in lower case and `lines` the raw header lines, in order (`headers` pairs them); `length`
     is the body framing (>= 0: that many bytes); `close`: the sender wants the connection closed
-    after this message; `raw` the head as received. Not changed once made."""
+    after this message; `raw` the head as received; `reframe`: None when the head's own framing
+    header is canonical (one line, digits or `chunked`), else the one line that says the framing
+    the gateway decided on (b"" for none), which replaces the head's own when it is forwarded.
+    Not changed once made."""
 
-    __slots__ = ("close", "length", "lines", "names", "raw", "start")
+    __slots__ = ("close", "length", "lines", "names", "raw", "reframe", "start")
 
     def __init__(self, start: tuple[bytes, bytes, bytes], names: list[bytes], lines: list[bytes], length: int,
-                 close: bool, raw: bytes = b"") -> None:
+                 close: bool, raw: bytes = b"", reframe: bytes | None = None) -> None:
         self.start, self.names, self.lines, self.length, self.close, self.raw = start, names, lines, length, close, raw
+        self.reframe = reframe
 
     @property
     def headers(self) -> tuple[tuple[bytes, bytes], ...]:
@@ -51,8 +70,8 @@ class Head:
         return tuple(zip(self.names, self.lines))
 
     def consumed(self) -> Head:
-        """The same head, as if its body had been read already (length 0)."""
-        return Head(self.start, self.names, self.lines, 0, self.close, self.raw)
+        """The same head, as if its body had been read already (length 0; its framing is forwarded as it was)."""
+        return Head(self.start, self.names, self.lines, 0, self.close, self.raw, self.reframe)
 
     def value(self, name: bytes) -> bytes | None:
         """The value of the first header called `name` (lower case), None without one."""
@@ -64,19 +83,17 @@ class Head:
         return f"Head({self.start!r}, {len(self.names)} headers, length={self.length}, close={self.close})"
 
 
-HEADER_BLOCK = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")  # every line: token ":" value
-HEADER_NAME = re.compile(rb"([^:\r\n]*):[^\r\n]*\r\n")
-
-
 def parse_headers(block: bytes) -> tuple[list[bytes], list[bytes]]:
     """(lower-case names, raw lines) of a block of header lines, each ending in CRLF."""
     if not HEADER_BLOCK.fullmatch(block):
         for line in block.split(CRLF)[:-1]:
             if line[:1] in (b" ", b"\t"):
                 raise BadMessage(400, "obsolete line folding")
-            name, colon, _ = line.partition(b":")
+            name, colon, value = line.partition(b":")
             if not colon or not TOKEN.match(name):
                 raise BadMessage(400, f"malformed header line {line[:40]!r}")
+            if not re.fullmatch(VALUE_BYTES, value):
+                raise BadMessage(400, f"control character in the value of header {name[:40]!r}")
         raise BadMessage(400, "malformed header block (a bare CR or LF)")
     lines = block.split(CRLF)
     lines.pop()  # after the last CRLF
@@ -93,35 +110,51 @@ def _values(names: list[bytes], lines: list[bytes], name: bytes) -> list[bytes] 
     return [line.partition(b":")[2].strip(b" \t") for n, line in zip(names, lines) if n == name]
 
 
-def _framing(names: list[bytes], lines: list[bytes]) -> int | None:
-    """The body framing the headers declare, or None when they declare none."""
+def _framing(names: list[bytes], lines: list[bytes]) -> tuple[int | None, bool]:
+    """The body framing the headers declare (None when they declare none), and whether it is
+    declared canonically (by one header whose value is the framing itself)."""
     if b"transfer-encoding" in names:
         if b"content-length" in names:
             raise BadMessage(400, "both Transfer-Encoding and Content-Length")
-        if b",".join(_values(names, lines, b"transfer-encoding") or ()).strip().lower() != b"chunked":
+        values = _values(names, lines, b"transfer-encoding") or []
+        if b",".join(values).strip(b" \t").lower() != b"chunked":
             raise BadMessage(501, "only the chunked transfer coding is supported")
-        return CHUNKED
+        return CHUNKED, len(values) == 1
     if b"content-length" not in names:
-        return None
+        return None, True
     cl = _values(names, lines, b"content-length") or []
     text = cl[0]
-    if len(cl) > 1 or b"," in text:
-        found = {v.strip() for item in cl for v in item.split(b",")}
+    canonical = len(cl) == 1 and b"," not in text
+    if not canonical:
+        found = {v.strip(b" \t") for item in cl for v in item.split(b",")}
         if len(found) != 1:
             raise BadMessage(400, "conflicting Content-Length values")
         text = found.pop()
     if not text.isdigit() or len(text) > 18:
         raise BadMessage(400, "invalid Content-Length")
-    return int(text)
+    return int(text), canonical
 
 
-def _wants_close(names: list[bytes], lines: list[bytes], version: bytes) -> bool:
+def _reframing(length: int | None, canonical: bool) -> bytes | None:
+    if canonical:
+        return None
+    return b"transfer-encoding: chunked" if length == CHUNKED else b"content-length: %d" % (length or 0)
+
+
+def _connection_tokens(names: list[bytes], lines: list[bytes]) -> frozenset[bytes]:
+    return frozenset(t.strip(b" \t").lower() for v in _values(names, lines, b"connection") or ()
+                     for t in v.split(b","))
+
+
+def _wants_close(names: list[bytes], lines: list[bytes], version: bytes, status: int) -> bool:
+    """HTTP/1.1 keeps the connection unless `Connection: close`; HTTP/1.0 never does (its
+    `keep-alive` extension is not honoured)."""
     if b"connection" not in names:
         return version != b"HTTP/1.1"
-    tokens = {t.strip().lower() for v in _values(names, lines, b"connection") or () for t in v.split(b",")}
-    if version == b"HTTP/1.1":
-        return b"close" in tokens
-    return b"keep-alive" not in tokens
+    tokens = _connection_tokens(names, lines)
+    if not tokens.isdisjoint(NOT_HOP_BY_HOP):
+        raise BadMessage(status, "Connection names a header that frames the message or routes it")
+    return version != b"HTTP/1.1" or b"close" in tokens
 
 
 def _split(data: bytes) -> tuple[bytes, bytes]:
@@ -132,54 +165,69 @@ def _split(data: bytes) -> tuple[bytes, bytes]:
     return data[:first], data[first + 2:-2]
 
 
+def _check_host(names: list[bytes], version: bytes) -> None:
+    count = names.count(b"host")
+    if count > 1 or (count == 0 and version == b"HTTP/1.1"):
+        raise BadMessage(400, "an HTTP/1.1 request needs exactly one Host header")
+
+
 def parse_request(data: bytes) -> Head:
     """A request head (ending in CRLF CRLF). Requests without a declared body have none."""
     first, block = _split(data)
-    parts = first.split(b" ")
-    if len(parts) != 3 or not parts[1] or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0") or not TOKEN.match(parts[0]):
+    line = REQUEST_LINE.match(first)
+    if line is None:
         raise BadMessage(400, f"malformed request line {first[:60]!r}")
+    method, target, version = line.groups()
     names, lines = parse_headers(block)
-    length = _framing(names, lines)
-    return Head((parts[0], parts[1], parts[2]), names, lines, 0 if length is None else length,
-                _wants_close(names, lines, parts[2]), data)
+    length, canonical = _framing(names, lines)
+    _check_host(names, version)
+    return Head((method, target, version), names, lines, 0 if length is None else length,
+                _wants_close(names, lines, version, 400), data, _reframing(length, canonical))
 
 
 def parse_response(data: bytes, method: bytes) -> Head:
     first, block = _split(data)
-    parts = first.split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 or not parts[1].isdigit():
+    line = STATUS_LINE.match(first)
+    if line is None or line.group(2) == b"101":
         raise BadMessage(502, f"malformed status line {first[:60]!r}")
-    status = int(parts[1])
+    version, code, reason = line.groups()
+    status = int(code)
     names, lines = parse_headers(block)
-    length = _framing(names, lines)
+    length, canonical = _framing(names, lines)
     if method == b"HEAD" or status < 200 or status in (204, 304):
-        length = NO_BODY
+        length, canonical = NO_BODY, True
     elif length is None:
         length = UNTIL_CLOSE
-    close = _wants_close(names, lines, parts[0]) or length == UNTIL_CLOSE
-    return Head((parts[0], parts[1], parts[2] if len(parts) > 2 else b""), names, lines, length, close, data)
+    close = _wants_close(names, lines, version, 502) or length == UNTIL_CLOSE
+    return Head((version, code, reason or b""), names, lines, length, close, data, _reframing(length, canonical))
 
 
 def connection_listed(head: Head) -> frozenset[bytes]:
-    """Header names the Connection header declares hop-by-hop."""
-    return frozenset(t.strip().lower() for v in _values(head.names, head.lines, b"connection") or ()
-                     for t in v.split(b","))
+    """Header names the Connection header declares hop-by-hop (never a framing header: parsing refused those)."""
+    return _connection_tokens(head.names, head.lines) - NOT_HOP_BY_HOP
 
 
 def forward_lines(head: Head, drop: frozenset[bytes] = frozenset()) -> list[bytes]:
-    """The head's header lines minus hop-by-hop ones (and `drop`)."""
+    """The head's header lines minus hop-by-hop ones (and `drop`). The framing they carry is the
+    one the gateway decided on: the head's own line when canonical, else `reframe` in its place."""
     skip = HOP_BY_HOP | drop
     if b"connection" in head.names:
         skip |= connection_listed(head)
+    if head.reframe is not None:
+        skip |= FRAMING
     if skip.isdisjoint(head.names):
         return head.lines
-    return [line for name, line in zip(head.names, head.lines) if name not in skip]
+    lines = [line for name, line in zip(head.names, head.lines) if name not in skip]
+    if head.reframe and drop.isdisjoint(FRAMING):
+        lines.append(head.reframe)
+    return lines
 
 
 def forward_response_head(head: Head, drop: frozenset[bytes], close: bool) -> bytes:
     """The response head to relay: HTTP/1.1, minus hop-by-hop headers (and `drop`), with
     `connection: close` when `close`. The head as received when that is all it already is."""
-    if head.start[0] == b"HTTP/1.1" and not drop and HOP_BY_HOP.isdisjoint(head.names) and head.raw:
+    if head.start[0] == b"HTTP/1.1" and not drop and head.reframe is None and HOP_BY_HOP.isdisjoint(head.names) \
+            and head.raw:
         return head.raw[:-2] + b"connection: close\r\n\r\n" if close else head.raw
     lines = [b"HTTP/1.1 " + head.start[1] + b" " + head.start[2], *forward_lines(head, drop)]
     if close:
@@ -192,11 +240,12 @@ def status_of(head: Head) -> int:
 
 
 def chunk_size(line: bytes) -> int:
-    """The size of a chunk from its size line (extensions allowed, ignored)."""
-    text = line.split(b";", 1)[0].strip()
-    if not text or len(text) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in text):
-        raise BadMessage(502, f"malformed chunk size line {line[:40]!r}")
-    return int(text, 16)
+    """The size of a chunk from its size line, CRLF included (extensions allowed, ignored): hex
+    digits right at its start, no control character, no bare CR or LF."""
+    match = CHUNK_LINE.match(line)
+    if match is None or int(match.group(1), 16) > CHUNK_MAX:
+        raise BadMessage(400, f"malformed chunk size line {line[:40]!r}")
+    return int(match.group(1), 16)
 
 
 def simple_response(status: int, body: bytes, extra: Sequence[bytes] = (), close: bool = False,
@@ -231,7 +280,7 @@ SIZE, DATA, DATA_END, TRAILER, DONE = 0, 1, 2, 3, 4
 class Chunks:
     """A chunked body, fed as it arrives: what comes out is every byte consumed, framing included
     (or, with `dechunk`, the chunks' data alone), as soon as it arrived, so a chunk is never held
-    back for the next one. Raises BadMessage(502) on bad framing."""
+    back for the next one. Raises BadMessage(400) on bad framing."""
 
     __slots__ = ("buffer", "dechunk", "need", "state")
 
@@ -256,7 +305,7 @@ class Chunks:
                 if size - pos < 2:
                     break
                 if buf[pos:pos + 2] != CRLF:
-                    raise BadMessage(502, "chunk not followed by CRLF")
+                    raise BadMessage(400, "chunk not followed by CRLF")
                 pos, self.state = pos + 2, SIZE
             else:
                 end = self._line(buf, pos)
@@ -274,11 +323,13 @@ class Chunks:
         end = buf.find(CRLF, pos)
         if end < 0:
             if len(buf) - pos > LINE_MAX:
-                raise BadMessage(502, "chunk line too long")
+                raise BadMessage(400, "chunk line too long")
             return -1
         if self.state == TRAILER:
             if end == pos:  # the empty line ending the trailer
                 self.state = DONE
+            elif not TRAILER_LINE.match(buf, pos, end + 2):
+                raise BadMessage(400, f"malformed trailer line {buf[pos:pos + 40]!r}")
         else:
             self.need = chunk_size(buf[pos:end + 2])
             self.state = DATA if self.need else TRAILER

@@ -23,7 +23,7 @@ from pathlib import Path
 from dd_slurm.clock import Clock
 from dd_slurm.gateway.config import GatewayConfig
 from dd_slurm.gateway.pool import AliasPool
-from dd_slurm.gateway.proxy import Proxy
+from dd_slurm.gateway.proxy import Limits, Proxy
 from dd_slurm.gateway.stats import report
 from dd_slurm.gateway.stops import STOP_SIGNALS, stop_requested
 from dd_slurm.store.atomic import write_json_atomic
@@ -50,8 +50,9 @@ class Service:
         self.state: dict = {}
         self.stalled: list[dict] = []
 
-    def stats(self) -> dict:
-        return report(self.pools.values(), self.clock.wall(), self.started_at)
+    def stats(self, addresses: bool = True) -> dict:
+        """The accounting; `addresses=False` for answers over the network (no replica's address)."""
+        return report(self.pools.values(), self.clock.wall(), self.started_at, addresses)
 
     def write_stats(self) -> None:
         try:
@@ -70,8 +71,11 @@ class Service:
         if stop_requested(self.received):
             log("stopped before serving")
             return 0
-        proxy = Proxy(self.pools, self.api_key, self.config.retry_after_s, self.config.connect_timeout_s,
-                      self.clock.monotonic, self.stats)
+        config = self.config
+        limits = Limits(config.header_timeout_s, config.idle_timeout_s, config.max_connections)
+        raise_open_files_limit(limits.max_connections * 2 + 256)
+        proxy = Proxy(self.pools, self.api_key, config.retry_after_s, config.connect_timeout_s,
+                      self.clock.monotonic, lambda: self.stats(addresses=False), limits)
         try:
             server = await asyncio.get_running_loop().create_server(proxy.connection, self.config.host,
                                                                     self.config.port, backlog=1024)
@@ -94,8 +98,10 @@ class Service:
             stop.set()  # it landed before the handlers above: it counts all the same
         stall = self.config.stall_timeout_s
         watchdog = asyncio.ensure_future(self.watch(stop, stall)) if stall else None
+        sweeper = asyncio.ensure_future(proxy.sweeping())
         await stop.wait()
         server.close()
+        sweeper.cancel()
         if watchdog:
             watchdog.cancel()
         for pool in self.pools.values():
@@ -117,6 +123,17 @@ class Service:
                             for pool in self.pools.values() for r in pool.stalled(now, timeout)]
             if self.stalled:
                 stop.set()
+
+
+def raise_open_files_limit(wanted: int) -> None:
+    """Every client and replica connection is a descriptor: the soft limit goes up to what the
+    connection cap needs, within the hard limit (connections past the cap are refused, not failed)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def serve(config: GatewayConfig, clock: Clock | None = None, environ: Mapping[str, str] | None = None,

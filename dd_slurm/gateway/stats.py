@@ -74,15 +74,17 @@ class Counters:
                 "errors": dict(sorted(self.errors.items())), peak_name: self.peak, "latency": self.latency.summary()}
 
 
-def report(aliases: Iterable, now_wall: float, started_wall: float) -> dict:
-    """The stats document (gateway-stats.json) from the pools' counters."""
+def report(aliases: Iterable, now_wall: float, started_wall: float, addresses: bool = True) -> dict:
+    """The stats document (gateway-stats.json) from the pools' counters; without the replicas'
+    addresses unless `addresses`."""
     out = {}
     for pool in aliases:
         entry = pool.stats.snapshot("peak_queue")
         entry["rejected_429"] = {"queue_full": pool.stats.errors.get("queue_full", 0),
                                  "queue_timeout": pool.stats.errors.get("queue_timeout", 0)}
         entry["replicas"] = [{"deployment": r.target.deployment, "replica": r.target.replica,
-                              "base_url": r.target.base_url, "max_inflight": r.target.max_inflight,
+                              **({"base_url": r.target.base_url} if addresses else {}),
+                              "max_inflight": r.target.max_inflight,
                               "inflight": r.inflight, **r.stats.snapshot("peak_inflight")} for r in pool.replicas]
         out[pool.alias] = entry
     return {"schema": 1, "started_at": started_wall, "written_at": now_wall, "aliases": out}

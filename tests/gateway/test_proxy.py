@@ -198,30 +198,30 @@ def test_replica_429_and_503_pass_through_unchanged(world, status) -> None:
 
 
 def test_api_key_is_required_and_passed_on(world) -> None:
-    """With the key variable set, no or a wrong `Authorization: Bearer` gets 401 (JSON error);
-    the right one is served, and the replica receives the key."""
+    """With the key variable set, no or a wrong `Authorization: Bearer` gets 401 (JSON error) and
+    the connection closed; the right one is served, and the replica receives the key."""
     backend = world.backend()
     gateway = world.gateway({"m": [replica(backend)]}, env={"GW_KEY": "k-123"}, api_key_var="GW_KEY")
-    client = world.client(gateway)
-    missing = client.request("/m/v1/models", None, method="GET")
-    wrong = client.request("/m/v1/models", None, ("Authorization: Bearer nope",), method="GET")
-    right = client.request("/m/v1/models", None, ("Authorization: Bearer k-123",), method="GET")
-    assert ((401, "invalid_api_key"), (401, "invalid_api_key"), 200) == (
-        (missing[0], json.loads(missing[2])["error"]["code"]), (wrong[0], json.loads(wrong[2])["error"]["code"]),
-        right[0])
+    missing = world.client(gateway).request("/m/v1/models", None, method="GET")
+    wrong = world.client(gateway).request("/m/v1/models", None, ("Authorization: Bearer nope",), method="GET")
+    right = world.client(gateway).request("/m/v1/models", None, ("Authorization: Bearer k-123",), method="GET")
+    assert ((401, "invalid_api_key", "close"), (401, "invalid_api_key", "close"), 200) == (
+        (missing[0], json.loads(missing[2])["error"]["code"], missing[1].get("connection")),
+        (wrong[0], json.loads(wrong[2])["error"]["code"], wrong[1].get("connection")), right[0])
     assert [b"authorization: bearer k-123" in r.lower() for r in backend.requests] == [True]
 
 
-def test_a_refused_request_with_an_unread_body_closes_the_connection(world) -> None:
-    """A 401 for a chunked request whose body was not read closes the connection (the unread body
-    must not be taken for the next request); a pre-read body keeps it open."""
+@pytest.mark.parametrize("framing", ["Content-Length: 1000000", "Transfer-Encoding: chunked"])
+def test_a_keyless_request_is_refused_before_its_body_is_read(world, framing) -> None:
+    """The key is checked once the head is complete: a key-less head announcing a 1 MB body (none
+    of it sent, `Expect: 100-continue`) is answered 401 at once, with no `100 Continue`, and closed."""
     gateway = world.gateway({"m": [replica(world.backend())]}, env={"GW_KEY": "k"}, api_key_var="GW_KEY")
     client = world.client(gateway)
-    status, headers, _ = client.request("/m/v1/completions")
-    assert (401, None) == (status, headers.get("connection"))
-    client.sock.sendall(b"POST /m/v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+    client.sock.sendall(f"POST /m/v1/completions HTTP/1.1\r\nHost: gw\r\nExpect: 100-continue\r\n{framing}"
+                        "\r\n\r\n".encode())
     status, headers, _ = client.receive()
-    assert (401, "close") == (status, headers.get("connection"))
+    client.sock.settimeout(5)
+    assert (401, "close", b"") == (status, headers.get("connection"), client.sock.recv(100))
 
 
 def test_missing_key_variable_stops_the_gateway(tmp_path) -> None:

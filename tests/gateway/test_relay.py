@@ -33,7 +33,7 @@ def test_pipelined_requests_are_answered_in_order(made, tmp_path) -> None:
     """Two requests sent back to back before any answer get their two answers, in order."""
     backend, gateway = start(made, tmp_path, lambda conn, request, n: conn.sendall(response(200, b"%d" % n)) or True)
     client = Client(gateway.port)
-    one = b"POST /m/v1/completions HTTP/1.1\r\nContent-Length: 1\r\n\r\na"
+    one = b"POST /m/v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\n\r\na"
     client.sock.sendall(one + one.replace(b"\r\n\r\na", b"\r\n\r\nb"))
     assert [(200, b"1"), (200, b"2")] == [client.receive()[::2] for _ in range(2)]
     assert [b"a", b"b"] == [r[-1:] for r in backend.requests]
