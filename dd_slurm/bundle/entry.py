@@ -4,7 +4,10 @@
    its first instruction; the SignalGate adopts what was recorded);
 2. verify the manifest against the digest the caller expects and every file against the manifest,
    before anything of the bundle is imported;
-3. only then put lib/ on sys.path and run the command.
+3. only then run the command: `run` and `_gateway` with lib/ on sys.path (the whole bundle was
+   verified: no file there is unlisted); the short on-node commands with lib/ NOT on sys.path, their
+   few modules served by an import hook from bytes checked against the manifest (only those files
+   were verified, so nothing else of lib/ may be reachable, least of all a stdlib-shadowing name).
 
 The rendered boot checks this file's own sha256 before running it, so the chain of trust is:
 the attempt's script (rendered when staged) -> entry.py -> manifest.json -> every file, bytecode
@@ -19,10 +22,21 @@ if __name__ == "__main__" and "_DD_SLURM_EARLY_SIGNALS" not in globals():  # run
     for _signo in RECORDED:
         _signal.signal(_signo, lambda signo, _frame: _DD_SLURM_EARLY_SIGNALS.append(signo))
 
-import hashlib  # noqa: E402 - after the handlers, on purpose
+import _imp  # noqa: E402 - after the handlers, on purpose
+import hashlib  # noqa: E402
 import json  # noqa: E402
+import marshal  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+
+# importlib's own, loaded at start-up (importlib.machinery would import warnings too).
+from _frozen_importlib import ModuleSpec  # noqa: E402
+from _frozen_importlib_external import MAGIC_NUMBER  # noqa: E402
+
+TYPE_CHECKING = False  # typing costs milliseconds per step; mypy reads this name as True
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import CodeType, ModuleType
 
 MANIFEST_NAME = "manifest.json"
 # Attempt-dir names for the refusal record, before anything of the bundle may be imported (the
@@ -35,6 +49,7 @@ EXIT_UNVERIFIED = 4
 NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.stepexec", "dd_slurm.runtime.leftover_scan",
                 "dd_slurm.runtime.listeners", "dd_slurm.fields", "dd_slurm.store", "dd_slurm.store.atomic",
                 "dd_slurm.store.attempt_files")
+NODE_PACKAGES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.store")
 GATEWAY_COMMAND = "_gateway"
 _HEX = frozenset("0123456789abcdef")
 
@@ -61,36 +76,44 @@ def _shape_problem(manifest: object) -> str:
     return ""
 
 
+def module_paths(name: str) -> tuple:
+    """(source, this interpreter's bytecode, package dir or "") of a node module, bundle-relative."""
+    parts = name.split(".")
+    package = name in NODE_PACKAGES
+    directory = "/".join(["lib", *parts]) if package else "/".join(["lib", *parts[:-1]])
+    stem = "__init__" if package else parts[-1]
+    pyc = f"{directory}/__pycache__/{stem}.{sys.implementation.cache_tag}.pyc"
+    return f"{directory}/{stem}.py", pyc, directory if package else ""
+
+
 def module_files(modules: tuple) -> set:
     """Bundle-relative source and bytecode paths of modules (packages as their __init__)."""
-    files = set()
-    for name in modules:
-        parts = name.split(".")
-        package = name in ("dd_slurm", "dd_slurm.runtime", "dd_slurm.store")
-        directory = "/".join(["lib", *parts]) if package else "/".join(["lib", *parts[:-1]])
-        stem = "__init__" if package else parts[-1]
-        files |= {f"{directory}/{stem}.py", f"{directory}/__pycache__/{stem}.{sys.implementation.cache_tag}.pyc"}
-    return files
+    return {rel for name in modules for rel in module_paths(name)[:2]}
 
 
 def verify(bundle_dir: str, expected_digest: str = "", only: frozenset = frozenset()) -> list:
     """Problems found (empty when intact): the manifest's digest against its contents and the
     expected digest, every listed file's sha256, and no file that the manifest does not list.
     `only`: check just these files (and that none of them exists unlisted)."""
+    return verified_files(bundle_dir, expected_digest, only)[1]
+
+
+def verified_files(bundle_dir: str, expected_digest: str = "", only: frozenset = frozenset()) -> tuple:
+    """(the manifest's files: path -> sha256, problems): `verify`, and the listing it checked."""
     try:
         with open(os.path.join(bundle_dir, MANIFEST_NAME), "rb") as handle:
             manifest = json.loads(handle.read())
     except (OSError, ValueError) as err:
-        return [f"{MANIFEST_NAME}: unreadable ({err})"]
+        return {}, [f"{MANIFEST_NAME}: unreadable ({err})"]
     shape = _shape_problem(manifest)
     if shape:
-        return [shape]
+        return {}, [shape]
     problems = []
     if manifest_digest(manifest) != manifest.get("digest"):
         problems.append(f"{MANIFEST_NAME}: digest does not match its contents")
     if expected_digest and manifest.get("digest") != expected_digest:
         problems.append(f"{MANIFEST_NAME}: digest {manifest.get('digest')} is not the expected {expected_digest}")
-    return problems + _file_problems(bundle_dir, manifest["files"], only)
+    return manifest["files"], problems + _file_problems(bundle_dir, manifest["files"], only)
 
 
 def _file_problems(bundle_dir: str, files: dict, only: frozenset) -> list:
@@ -119,15 +142,52 @@ def _file_problems(bundle_dir: str, files: dict, only: frozenset) -> list:
 
 
 class OnlyVerified:
-    """An import hook for on-node commands: no dd_slurm module beyond the verified ones loads."""
+    """The import hook of on-node commands, whose sys.path holds no bundle dir: the modules of
+    `allowed` load from the bundle, each from bytes whose sha256 the verified manifest (`digests`)
+    lists, checked again as they are read; no other dd_slurm module loads, and every other name is
+    left to the standard library's own finders."""
 
-    def __init__(self, allowed: tuple) -> None:
-        self.allowed = allowed
+    def __init__(self, bundle_dir: str, allowed: tuple, digests: dict) -> None:
+        self.bundle_dir, self.allowed, self.digests = bundle_dir, allowed, digests
 
-    def find_spec(self, name: str, _path: object = None, _target: object = None) -> None:
-        if (name == "dd_slurm" or name.startswith("dd_slurm.")) and name not in self.allowed:
+    def find_spec(self, name: str, _path: "Sequence[str] | None" = None,
+                  _target: "ModuleType | None" = None) -> "ModuleSpec | None":
+        if name != "dd_slurm" and not name.startswith("dd_slurm."):
+            return None
+        if name not in self.allowed:
             raise ImportError(f"{name} is not verified for on-node commands (see entry.NODE_MODULES)")
-        return None
+        source, _bytecode, package = module_paths(name)
+        origin = os.path.join(self.bundle_dir, source)
+        spec = ModuleSpec(name, self, origin=origin, is_package=bool(package))  # type: ignore[arg-type]  # by protocol
+        spec.has_location = True
+        if package:
+            spec.submodule_search_locations = [os.path.join(self.bundle_dir, package)]
+        return spec
+
+    def create_module(self, _spec: object) -> None:
+        return None  # the default module
+
+    def exec_module(self, module: "ModuleType") -> None:
+        exec(self.code(module.__name__), module.__dict__)  # noqa: S102 - bytes checked just now
+
+    def code(self, name: str) -> "CodeType":
+        """The module's code: its listed bytecode for this interpreter, else its source."""
+        source, bytecode, _package = module_paths(name)
+        origin = os.path.join(self.bundle_dir, source)
+        if bytecode in self.digests:
+            data = self._checked(bytecode)
+            if data[:4] == MAGIC_NUMBER:
+                code = marshal.loads(data[16:])  # noqa: S302 - the bytes the verified manifest lists
+                _imp._fix_co_filename(code, origin)  # type: ignore[attr-defined]  # as importlib does
+                return code
+        return compile(self._checked(source), origin, "exec", dont_inherit=True)
+
+    def _checked(self, rel: str) -> bytes:
+        with open(os.path.join(self.bundle_dir, rel), "rb") as handle:
+            data = handle.read()
+        if hashlib.sha256(data).hexdigest() != self.digests.get(rel):
+            raise ImportError(f"bundle {self.bundle_dir}: {rel}: checksum mismatch, not loaded")
+        return data
 
 
 def _record_refusal(attempt_dir: str, problem: str) -> None:
@@ -164,12 +224,22 @@ def _record_refusal(attempt_dir: str, problem: str) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.entry.tmp"
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """store/atomic.write_atomic's way (this file may not import it): a new temp file at a name
+    nobody can predict, never through a symlink, renamed into place; removed if anything fails."""
+    tmp = f"{path}.{os.urandom(8).hex()}.entry.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with open(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _expected_digest(argv: list) -> str:
@@ -185,7 +255,7 @@ def main(argv: list) -> int:
     node_command = len(argv) > 1 and argv[1].startswith("_") and argv[1] != GATEWAY_COMMAND
     # On-node commands verify the manifest and the few modules they may import (and import no other).
     only = frozenset(module_files(NODE_MODULES)) if node_command else frozenset()
-    problems = verify(here, expected, only) if expected else ["no expected bundle digest was given"]
+    digests, problems = verified_files(here, expected, only) if expected else ({}, ["no expected bundle digest was given"])
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         message = f"bundle {here}: {problems[0]}{more}"
@@ -193,12 +263,12 @@ def main(argv: list) -> int:
             _record_refusal(argv[2], message)
         print(f"error: {message}; nothing of the bundle ran", file=sys.stderr, flush=True)
         return EXIT_UNVERIFIED
-    sys.path.insert(0, os.path.join(here, "lib"))
     if node_command:
-        sys.meta_path.insert(0, OnlyVerified(NODE_MODULES))
+        sys.meta_path.insert(0, OnlyVerified(here, NODE_MODULES, digests))
         from dd_slurm.runtime.stepexec import main as node_main
 
         return node_main(argv[1:], _DD_SLURM_EARLY_SIGNALS)
+    sys.path.insert(0, os.path.join(here, "lib"))
     if len(argv) > 1 and argv[1] == GATEWAY_COMMAND:
         from dd_slurm.gateway.__main__ import main as gateway_main
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -55,14 +57,61 @@ def new_attempt_id(plan: Plan, clock: Clock) -> str:
     return f"{plan.name}-{stamp}-{secrets.token_hex(3)}"
 
 
+PRIVATE_DIRS = ("attempts", "bundles")
+
+
+def private_workspace(workspace: Path) -> None:
+    """The workspace and its attempts/ and bundles/, each created 0700 (whatever the umask) when
+    missing; each must be a directory of this user that group and others cannot write to."""
+    _private_dir(workspace, parents=True)
+    for name in PRIVATE_DIRS:
+        _private_dir(workspace / name)
+
+
+def _private_dir(path: Path, parents: bool = False) -> None:
+    try:
+        path.mkdir(mode=0o700, parents=parents)
+        path.chmod(0o700)
+    except FileExistsError:
+        pass
+    refuse_unsafe(path, os.lstat(path), stat.S_ISDIR)
+
+
+def refuse_unsafe(path: Path, status: os.stat_result, right_kind: Callable[[int], bool]) -> None:
+    """InvalidInput (exit 2) naming `path` unless it is of the right kind (lstat: a symlink is
+    not), owned by this user and not writable by group or others."""
+    me = os.geteuid()
+    if not right_kind(status.st_mode):
+        problem = "is a symlink" if stat.S_ISLNK(status.st_mode) else "is not a directory or regular file"
+    elif status.st_uid != me:
+        problem = f"belongs to uid {status.st_uid}, not to you (uid {me})"
+    elif status.st_mode & 0o022:
+        problem = f"is writable by group or others (mode {stat.S_IMODE(status.st_mode):04o})"
+    else:
+        return
+    raise InvalidInput(f"{path}: {problem}; dd-slurm stages only where you alone can write")
+
+
+def refuse_unsafe_bundle(bundle: Path) -> None:
+    """The published bundle and everything in it: dirs and regular files of this user, that
+    nobody else can change (after they are verified, or ever)."""
+    refuse_unsafe(bundle, os.lstat(bundle), stat.S_ISDIR)
+    for root, dirs, names in os.walk(bundle):
+        for name in dirs + names:
+            path = Path(root, name)
+            kind = stat.S_ISDIR if name in dirs else stat.S_ISREG
+            refuse_unsafe(path, os.lstat(path), kind)
+
+
 def ensure_bundle(workspace: Path) -> tuple[str, Path]:
     """Publish the bundle under bundles/<sources digest>/ unless an intact one is there already;
-    returns the bundle's digest (which covers its bytecode too) and its dir."""
+    returns the bundle's digest (which covers its bytecode too) and its dir. The workspace is made
+    private first (`private_workspace`): attempts/ too is ready afterwards."""
+    private_workspace(workspace)
     sources_digest, sources = planned_sources()
     final = workspace / "bundles" / sources_digest
-    if final.exists():
+    if os.path.lexists(final):
         return _existing(final, sources_digest), final
-    final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{sources_digest[:12]}-{os.getpid()}-{secrets.token_hex(2)}"
     try:
         manifest = _write_bundle(tmp, sources, sources_digest)
@@ -79,6 +128,7 @@ def ensure_bundle(workspace: Path) -> tuple[str, Path]:
 
 
 def _existing(final: Path, sources_digest: str) -> str:
+    refuse_unsafe_bundle(final)
     problems = verify_bundle(final)
     try:
         manifest = read_manifest(final)
@@ -115,8 +165,7 @@ def stage(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional[str
     ws = workspace_path(workspace)
     bundle_digest, bundle_dir = ensure_bundle(ws)
     attempt_id = new_attempt_id(plan, clock)
-    attempts = ws / "attempts"
-    attempts.mkdir(parents=True, exist_ok=True)
+    attempts = ws / "attempts"  # made private by ensure_bundle
     final = attempts / attempt_id
     ctx = ScriptContext(attempt_id, str(final), str(bundle_dir), bundle_digest, plan_digest(plan), bin_dir,
                         entry_sha256=entry_sha256())

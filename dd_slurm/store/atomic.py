@@ -7,15 +7,31 @@ import os
 
 # Standard library only, and no pathlib or typing: every on-node command imports this module, and
 # each of a large allocation's steps pays its imports.
+TYPE_CHECKING = False  # mypy reads this name as True
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, durable: bool = True) -> None:
+# The temp file is new (O_EXCL: never a file or symlink already there, so O_NOFOLLOW is belt and
+# braces), and no program a step starts meanwhile inherits it.
+TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def random_temp_name(name: str) -> str:
+    """`.NAME.<16 random hex digits>.tmp`: nobody can plant anything at it ahead of the write."""
+    return f".{name}.{os.urandom(8).hex()}.tmp"
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, durable: bool = True,
+                 temp_name: Callable[[str], str] = random_temp_name) -> None:
     """Replace `path` with `data` so that readers see the old file or the new one, never a mix.
-    `durable=False` skips the fsyncs, for writers of many files that end with `sync_filesystem`."""
+    `durable=False` skips the fsyncs, for writers of many files that end with `sync_filesystem`.
+    `temp_name(name)`: the temp file's name in the same dir; whatever is at it already is an error
+    (FileExistsError), left as it is."""
     path = os.fspath(path)
     directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    tmp = os.path.join(directory, temp_name(name))
+    fd = os.open(tmp, TEMP_FLAGS, mode)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
