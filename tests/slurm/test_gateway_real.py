@@ -91,3 +91,37 @@ def test_overload_gets_429s_the_client_backs_off_and_nothing_is_sent_twice(tmp_p
     issued_429 = sum(stats["rejected_429"].values())
     assert (40, True, 40, 40) == (len(records), issued_429 > 0, len(cells), len(set(cells))), stats
     assert all(r["peak_inflight"] <= 2 for r in stats["replicas"]), stats
+
+
+ATTACKS = ["smuggling", "control_character", "slow_keyless_head", "large_keyless_body", "abandoned_request",
+           "slow_upload", "keyless_stats", "still_serving"]
+
+
+def _attack_plan() -> dict:
+    """One replica (each completion takes 2 s, every request logged), a gateway with a 1 s header
+    timeout and a 4 s stall timeout, and the hostile client (dd_slurm/testing/attack_client.py)
+    as the attempt's client, with the attempt key in its environment."""
+    data = _one_alias_plan(1, 1, ["--latency-s", "2"], gateway={"header_timeout_s": 1, "stall_timeout_s": 4})
+    data["deployments"][0]["replicas"] = 1
+    data["job"].update(nodes=1)
+    data["client"].update(argv=["/usr/bin/python3", "{attempt_dir}/bundle/lib/dd_slurm/testing/attack_client.py",
+                                "--endpoints", "{endpoints_file}", "--out", "{results_dir}/attacks.jsonl",
+                                "--alias", "small-model", "--api-key-env", "OPENAI_API_KEY",
+                                "--header-timeout-s", "1", "--upload-s", "6"],
+                          preflight_argv=None, result={"path": "attacks.jsonl", "format": "jsonl",
+                                                       "min_records": len(ATTACKS)})
+    return data
+
+
+@pytest.mark.timeout(480)
+def test_the_gateway_of_a_submitted_attempt_holds_against_a_hostile_client(tmp_path, cluster) -> None:
+    """Attacked from the allocation as a cluster user would (raw sockets at the logical URL): the
+    smuggling, control-character, key-less slow-head, key-less large-body, abandoned-request,
+    slow-upload and key-less stats attacks all hold; the replica never received the smuggled
+    prompt; the attempt succeeds and leaves nothing behind."""
+    attempt_dir = _run(tmp_path, _attack_plan(), "attack")
+    verdicts = [json.loads(line) for line in (attempt_dir / "results" / "attacks.jsonl").read_text().splitlines()]
+    prompts = [r["prompt"] for r in _requests_seen(attempt_dir)]
+    assert ATTACKS == [v["attack"] for v in verdicts]
+    assert [] == [v for v in verdicts if not v["held"]]
+    assert (False, False) == (any("SMUGGLED" in p for p in prompts), any("ctl" == p for p in prompts)), prompts
