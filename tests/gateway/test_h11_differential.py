@@ -8,6 +8,7 @@ security model")."""
 from __future__ import annotations
 
 import re
+import socket
 
 import h11
 import pytest
@@ -110,10 +111,14 @@ ENDINGS = st.sampled_from([b"\r\n"] * 6 + [b"\n", b"\r", b"\r\n "])
 INSERTS = st.lists(st.tuples(st.integers(0, 400), st.sampled_from(list(b"\x00\t\r\n\x0b\x0c\x7f ,:\x80"))), max_size=2)
 
 
+ROUTED = st.sampled_from([b"/m/v1/x"] * 6 + TARGETS)
+
+
 @st.composite
-def request_heads(draw) -> bytes:
+def request_heads(draw, targets=None) -> bytes:
     """A request head: mostly well formed, with a Host header usually, and mutations."""
     method, target, version = draw(REQUEST_LINES)
+    target = draw(targets) if targets is not None else target
     lines = [method + b" " + target + b" " + version]
     if draw(st.booleans()):
         lines.append(b"Host: gw")
@@ -245,3 +250,74 @@ def test_replica_responses_are_refused_whenever_h11_refuses_them(data, method) -
     elif theirs == "accepted" and head is not None:
         length = ("content-length", (0,)) if head.length == NO_BODY else framing_of(head)
         assert framing == (length, not head.close), data
+
+
+def h11_requests(data: bytes) -> list[tuple[bytes, bytes, bytes]]:
+    """(method, target, body) of every complete request h11 reads from `data`, up to the first it refuses."""
+    conn, found, current, body = h11.Connection(h11.SERVER, max_incomplete_event_size=READ_LIMIT), [], None, b""
+    conn.receive_data(data)
+    try:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA or isinstance(event, h11.ConnectionClosed):
+                return found
+            if isinstance(event, h11.Request):
+                current, body = event, b""
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                found.append((current.method, current.target, body))
+                conn.send(h11.Response(status_code=200, headers=[("Content-Length", "0")]))
+                conn.send(h11.EndOfMessage())
+                conn.start_next_cycle()
+    except (h11.RemoteProtocolError, h11.LocalProtocolError):
+        return found
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A gateway (short header and idle timeouts) in front of one backend that records every
+    request it receives, byte for byte, and answers each 200."""
+    from tests.gateway.backends import Backend, Gateway, answer, replica
+
+    backend = Backend(answer())
+    gateway = Gateway(tmp_path_factory.mktemp("recorded"), {"m": [replica(backend)]}, header_timeout_s=0.2,
+                      idle_timeout_s=0.2).wait_serving()
+    yield backend, gateway
+    gateway.stop()
+    backend.close()
+
+
+@st.composite
+def client_streams(draw) -> bytes:
+    """One connection's bytes: one to three request heads for the alias, each followed by a body
+    that may or may not match what its head declares (the room a smuggler works in)."""
+    stream = b""
+    for _ in range(draw(st.integers(1, 3))):
+        head = draw(request_heads(ROUTED))
+        body = draw(st.sampled_from([b"", b"hello", b"5\r\nhello\r\n0\r\n\r\n",
+                                     b"POST /v1/smuggled HTTP/1.1\r\nHost: r\r\nContent-Length: 0\r\n\r\n"]))
+        stream += head + body
+    return stream
+
+
+@settings(max_examples=150, deadline=None)
+@given(client_streams())
+def test_the_replica_never_sees_a_request_the_client_did_not_send(recorded, data) -> None:
+    """Whatever one connection sends, the requests the replica receives are, in order, a prefix of
+    the requests h11 reads from the client's bytes (alias stripped), each one h11 accepts as sent:
+    nothing smuggled in, nothing framed differently."""
+    backend, gateway = recorded
+    before = len(backend.requests)
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(data)
+        sock.settimeout(5)
+        try:
+            while sock.recv(65536):
+                pass
+        except OSError:
+            pass
+    received = [h11_requests(r) for r in backend.requests[before:]]
+    sent = [(m, t[2:], b) for m, t, b in h11_requests(data) if t.startswith(b"/m/")]
+    assert [1] * len(received) == [len(r) for r in received], received
+    assert [r[0] for r in received] == sent[:len(received)], (data, received)
