@@ -49,10 +49,14 @@ class Service:
         self.started_at = clock.wall()
         self.state: dict = {}
         self.stalled: list[dict] = []
+        self.proxy: Proxy | None = None
 
     def stats(self, addresses: bool = True) -> dict:
         """The accounting; `addresses=False` for answers over the network (no replica's address)."""
-        return report(self.pools.values(), self.clock.wall(), self.started_at, addresses)
+        document = report(self.pools.values(), self.clock.wall(), self.started_at, addresses)
+        if self.proxy is not None:
+            document["connections"] = {"open": len(self.proxy.connections), **self.proxy.counts}
+        return document
 
     def write_stats(self) -> None:
         try:
@@ -74,8 +78,8 @@ class Service:
         config = self.config
         limits = Limits(config.header_timeout_s, config.idle_timeout_s, config.max_connections)
         raise_open_files_limit(limits.max_connections * 2 + 256)
-        proxy = Proxy(self.pools, self.api_key, config.retry_after_s, config.connect_timeout_s,
-                      self.clock.monotonic, lambda: self.stats(addresses=False), limits)
+        proxy = self.proxy = Proxy(self.pools, self.api_key, config.retry_after_s, config.connect_timeout_s,
+                                   self.clock.monotonic, lambda: self.stats(addresses=False), limits)
         try:
             server = await asyncio.get_running_loop().create_server(proxy.connection, self.config.host,
                                                                     self.config.port, backlog=1024)

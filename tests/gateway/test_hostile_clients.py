@@ -112,7 +112,7 @@ def test_an_idle_keep_alive_connection_is_closed_at_the_idle_timeout(made, tmp_p
 
 def test_connections_beyond_the_cap_are_refused_at_once(made, tmp_path) -> None:
     """With `max_connections: 3` and three connections open, the fourth is answered 503 and closed
-    at once; once one of the three closes, a new one is served."""
+    at once (and counted); once one of the three closes, a new one is served."""
     _, gateway = start(made, tmp_path, max_connections=3)
     held = [raw(made, gateway) for _ in range(3)]
     time.sleep(0.3)  # the three are accepted
@@ -121,7 +121,9 @@ def test_connections_beyond_the_cap_are_refused_at_once(made, tmp_path) -> None:
     time.sleep(0.2)
     client = Client(gateway.port)
     made.append(client)
-    assert (b"HTTP/1.1 503 ", 200) == (refused[:13], client.request("/m/v1/x")[0])
+    served = client.request("/m/v1/x")[0]
+    counted = json.loads(client.request("/_gateway/stats", None, method="GET")[2])["connections"]
+    assert (b"HTTP/1.1 503 ", 200, 1, 3) == (refused[:13], served, counted["refused_at_limit"], counted["open"])
 
 
 def test_key_less_half_sent_heads_do_not_make_the_gateway_unreachable(made, tmp_path) -> None:
