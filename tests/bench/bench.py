@@ -103,7 +103,7 @@ def render_benchmark() -> dict:
     from dd_slurm.scheduler.render import ScriptContext, render_script
 
     plan = load_plan(ROOT / "fixtures" / "plans" / "two-deployments.json")
-    ctx = ScriptContext("bench-1", "/ws/attempts/bench-1", "/ws/bundles/b", "b" * 64, "p" * 64)
+    ctx = ScriptContext("bench-1", "/ws/attempts/bench-1", "/ws/bundles/b", "b" * 64, "p" * 64, entry_sha256="e" * 64)
     per_call = [t / 200 * 1000 for t in timed(lambda: [render_script(plan, ctx) for _ in range(200)], 7)]
     return row("render one attempt script", per_call, "ms", "reference: about 0.7 ms",
                "reference figure quoted from the issue, not re-measured (its plan needs its whole config compiler)")
