@@ -12,7 +12,6 @@ import time
 import pytest
 
 from tests.conftest import ROOT
-from tests.slurm.conftest import wait_until
 
 ESCAPE = ROOT / "fixtures" / "cluster" / "escape_daemon.py"
 
@@ -39,7 +38,9 @@ def test_an_escaped_daemon_outlives_its_step_only_without_cgroup_tracking(tmp_pa
     pidfile = tmp_path / "escaped.pid"
     step = subprocess.run([cluster.tool("srun"), "-N1", "-n1", "-t", "1", f"--job-name={job_prefix}escape", "python3",
                            str(ESCAPE), str(pidfile)], capture_output=True, text=True, timeout=60, env=cluster.env())
-    pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text(), 10, "the daemon's pid file"))
+    assert (0, f"daemon {pidfile.read_text() if pidfile.exists() else '?'}\n") == (step.returncode, step.stdout), \
+        step.stderr  # the task ended only after the daemon had written its pid file
+    pid = int(pidfile.read_text())
     try:
         deadline = time.monotonic() + 10
         while alive(pid) and time.monotonic() < deadline:
