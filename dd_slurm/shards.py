@@ -78,8 +78,6 @@ def stage_run(plan: Plan, workspace: str | Path, clock: Clock, bin_dir: Optional
     run_id = new_attempt_id(plan, clock)
     ctx = run_context(plan, ws, run_id, bundle_dir, bundle_digest, bin_dir)
     runs, attempts = ws / RUNS_DIR, ws / "attempts"
-    runs.mkdir(parents=True, exist_ok=True)
-    attempts.mkdir(parents=True, exist_ok=True)
     tmp_run, final = runs / f".tmp-{run_id}", runs / run_id
     tmp_run.mkdir(mode=0o700)
     shards: list[Path] = []

@@ -57,11 +57,11 @@ def new_attempt_id(plan: Plan, clock: Clock) -> str:
     return f"{plan.name}-{stamp}-{secrets.token_hex(3)}"
 
 
-PRIVATE_DIRS = ("attempts", "bundles")
+PRIVATE_DIRS = ("attempts", "bundles", "runs")
 
 
 def private_workspace(workspace: Path) -> None:
-    """The workspace and its attempts/ and bundles/, each created 0700 (whatever the umask) when
+    """The workspace and its attempts/, bundles/ and runs/ (shards), each created 0700 (whatever the umask) when
     missing; each must be a directory of this user that group and others cannot write to."""
     _private_dir(workspace, parents=True)
     for name in PRIVATE_DIRS:

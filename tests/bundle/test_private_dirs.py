@@ -41,9 +41,9 @@ def _give_away(path: Path) -> None:
 
 
 @pytest.mark.parametrize("spoil", [_loosen, _give_away], ids=["mode-0777", "other-uid"])
-@pytest.mark.parametrize("rel", ["", "attempts", "bundles"], ids=["workspace", "attempts", "bundles"])
+@pytest.mark.parametrize("rel", ["", "attempts", "bundles", "runs"], ids=["workspace", "attempts", "bundles", "runs"])
 def test_a_workspace_dir_others_can_write_is_refused(tmp_path, rel, spoil) -> None:
-    """An existing workspace (or its attempts/ or bundles/) with mode 0777 or owned by another
+    """An existing workspace (or its attempts/, bundles/ or runs/) with mode 0777 or owned by another
     uid: staging stops before writing anything, with one line naming the dir and exit code 2."""
     ws = tmp_path / "ws"
     (ws / rel).mkdir(parents=True, mode=0o700)
@@ -90,11 +90,11 @@ print(json.dumps(str(staged.attempt_dir)))
 @pytest.mark.timeout(60)
 def test_fresh_workspace_dirs_are_private_whatever_the_umask(tmp_path) -> None:
     """A first stage under umask 0 (in a subprocess): the workspace, attempts/ and bundles/ it
-    creates are mode 0700, so nobody else can plant a bundle or an attempt in them."""
+    creates (runs/ too) are mode 0700, so nobody else can plant a bundle or an attempt in them."""
     ws = tmp_path / "ws"
     done = subprocess.run([sys.executable, "-c", STAGE_UNDER_UMASK_0, str(PLANS / "single-node.json"), str(ws)],
                           capture_output=True, text=True, timeout=50, cwd=ROOT)
     assert 0 == done.returncode, done.stderr
-    modes = {rel: stat.S_IMODE(os.lstat(ws / rel).st_mode) for rel in ("", "attempts", "bundles")}
-    assert {"": 0o700, "attempts": 0o700, "bundles": 0o700} == modes
+    modes = {rel: stat.S_IMODE(os.lstat(ws / rel).st_mode) for rel in ("", "attempts", "bundles", "runs")}
+    assert {"": 0o700, "attempts": 0o700, "bundles": 0o700, "runs": 0o700} == modes
     assert Path(json.loads(done.stdout)).parent == ws / "attempts"
