@@ -291,12 +291,13 @@ class RuntimeActions(Watching):
                 endpoint_map(p.plan, p.placement, self.replica_urls(), state, self.gateway_base))
 
     def _healthy(self, waiting: list[Placed], pool: Executor) -> list[Placed]:
-        """The waiting replicas whose port is known and whose health path answers 200 now (all
-        probed side by side). The probes carry the attempt key."""
+        """The waiting replicas whose port is known and whose health path answers now (all probed
+        side by side): 200, or 401 when the attempt has a key. These probes never carry the key;
+        it goes only to ports the identity check proved ours (replica_checks.proven_problem)."""
         s = self.s
         known = [(u, port) for u in waiting if (port := self._port(u)) is not None]
         probes = each(pool, lambda up: probe_health(up[0].leader, up[1], s.deployment(up[0].deployment).health_path,
-                                                    s.api_key), known)
+                                                    withheld_key=s.api_key), known)
         for (unit, _port), probe in zip(known, probes):
             self.readiness.note_probe(unit.name, {**probe, "time": s.clock.wall()})
         return [unit for (unit, _port), probe in zip(known, probes) if probe["ok"]]

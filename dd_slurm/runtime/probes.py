@@ -1,46 +1,76 @@
-"""Readiness probes: strict HTTP (200 only) with short timeouts, carrying the attempt's key as
-`Authorization: Bearer` (the key is never recorded). The caller owns deadlines. http.client is
-imported at the first probe (while the servers load), not at supervisor start."""
+"""Readiness probes: strict HTTP with short timeouts; the caller owns deadlines. The attempt's key
+(`Authorization: Bearer`, never recorded) goes only to a ProvenPort, a port whose listener the
+identity check proved ours in this attempt: a foreign process that took a replica's port never
+receives it. Before that proof a probe carries no key. http.client is imported at the first probe
+(while the servers load), not at supervisor start."""
 
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 MAX_BODY = 1 << 20
+KEY_WANTED = 401  # what a server that wants the key answers a request without it
 
 
-def _get(host: str, port: int, path: str, key: Optional[str], timeout_s: float) -> tuple[int, bytes]:
+class ProvenPort(NamedTuple):
+    """A replica's host and port whose listener the identity check has proven ours in this attempt."""
+
+    host: str
+    port: int
+
+
+def bearer(key: Optional[str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _get(host: str, port: int, path: str, headers: dict[str, str], timeout_s: float) -> tuple[int, bytes]:
     import http.client
 
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-    headers = {"Connection": "close", **({"Authorization": f"Bearer {key}"} if key else {})}
     try:
-        conn.request("GET", path, headers=headers)
+        conn.request("GET", path, headers={"Connection": "close", **headers})
         response = conn.getresponse()
         return response.status, response.read(MAX_BODY)
     finally:
         conn.close()
 
 
-def probe_health(host: str, port: int, path: str, key: Optional[str] = None, timeout_s: float = 0.5) -> dict[str, Any]:
-    """{"ok": bool, "status": int | None, "error": str | None}; never raises."""
+def _health(host: str, port: int, path: str, headers: dict[str, str], timeout_s: float) -> dict[str, Any]:
     import http.client
 
     try:
-        status, _body = _get(host, port, path, key, timeout_s)
+        status, _body = _get(host, port, path, headers, timeout_s)
         return {"ok": status == 200, "status": status, "error": None}
     except (OSError, http.client.HTTPException) as err:
         return {"ok": False, "status": None, "error": f"{type(err).__name__}: {err}"[:200]}
 
 
-def served_models(host: str, port: int, key: Optional[str] = None,
+def probe_health(host: str, port: int, path: str, withheld_key: Optional[str] = None,
+                 timeout_s: float = 0.5) -> dict[str, Any]:
+    """The probe before the port is proven ours: it never carries a key. {"ok": bool, "status":
+    int | None, "error": str | None}; ok on 200, and on 401 when the attempt has a key
+    (`withheld_key`, never sent) the server may want: then probe_proven, with the key once the
+    identity check has passed, decides. Never raises."""
+    answer = _health(host, port, path, {}, timeout_s)
+    if withheld_key and answer["status"] == KEY_WANTED:
+        return {**answer, "ok": True}
+    return answer
+
+
+def probe_proven(target: ProvenPort, path: str, key: Optional[str], timeout_s: float = 0.5) -> dict[str, Any]:
+    """The health probe carrying the key, to a port proven ours: ok on 200 only; never raises."""
+    return _health(target.host, target.port, path, bearer(key), timeout_s)
+
+
+def served_models(target: ProvenPort, key: Optional[str] = None,
                   timeout_s: float = 5.0) -> tuple[list[str], Optional[str]]:
-    """The model ids `/v1/models` lists, or a problem (status, connection, shape); never raises."""
+    """The model ids `/v1/models` of a port proven ours lists, or a problem (status, connection,
+    shape); never raises."""
     import http.client
 
     try:
-        status, body = _get(host, port, "/v1/models", key, timeout_s)
+        status, body = _get(target.host, target.port, "/v1/models", bearer(key), timeout_s)
     except (OSError, http.client.HTTPException) as err:
         return [], f"/v1/models: {type(err).__name__}: {err}"[:200]
     if status != 200:

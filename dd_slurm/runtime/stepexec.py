@@ -238,12 +238,14 @@ def probe_answer(request: dict, node: str, environ: Mapping[str, str]) -> dict:
 
 def identity(request_path: str) -> int:
     """Whether each listener the request names for this node (by replica: port, pid, start time,
-    process group) belongs to its step's process tree; one answer line for the node."""
-    from dd_slurm.runtime.listeners import check_listeners  # standard library only
+    process group) belongs to its step's process tree, on every address the node's name resolves
+    to here or where the supervisor connects from (the request's); one answer line for the node."""
+    from dd_slurm.runtime.listeners import check_listeners, node_addresses  # standard library only
 
     request = read_json(request_path)
     node = node_name()
-    checks = check_listeners(request["nodes"].get(node, {}), node_address())
+    addresses = dict.fromkeys(node_addresses(node) + list(request.get("addresses", {}).get(node, [])))
+    checks = check_listeners(request["nodes"].get(node, {}), list(addresses))
     print(json.dumps({"node": node, "checks": checks}), flush=True)
     return 0
 
