@@ -37,7 +37,7 @@ def cli() -> None:
 def validate(plans: tuple[str, ...], as_json: bool) -> None:
     """Strictly validate resolved plan files (exit 2 on the first invalid field of each); `-` reads stdin."""
     from dd_slurm.errors import PlanError
-    from dd_slurm.plan import load_plan, parse_plan, plan_digest
+    from dd_slurm.plan.io import load_plan, parse_plan, plan_digest
 
     results, errors = [], []
     for path in plans:
@@ -176,7 +176,7 @@ def render(plan: str, workspace: str) -> None:
 
     from dd_slurm.bundle.manifest import entry_sha256, planned_manifest, planned_sources, read_manifest
     from dd_slurm.bundle.stage import new_attempt_id, workspace_path
-    from dd_slurm.plan import load_plan, plan_digest
+    from dd_slurm.plan.io import load_plan, plan_digest
     from dd_slurm.scheduler.render import ScriptContext, render_script
 
     loaded = load_plan(plan)
@@ -208,7 +208,7 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
     import os
 
     from dd_slurm.bundle.stage import stage as do_stage
-    from dd_slurm.plan import load_plan
+    from dd_slurm.plan.io import load_plan
 
     loaded = load_plan(plan)
     if loaded.job.array is not None:

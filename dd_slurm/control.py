@@ -24,7 +24,7 @@ SCHEDULER_OUTCOME = {"cancelled": "cancelled", "timeout": "timed_out", "deadline
 def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock,
            environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import stage
-    from dd_slurm.plan import load_plan
+    from dd_slurm.plan.io import load_plan
     from dd_slurm.scheduler.render import forwarded_names
 
     plan = load_plan(plan_path)

@@ -19,7 +19,8 @@ import attrs
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, InvalidInput
-from dd_slurm.plan import Array, Plan, canonical_json, plan_digest
+from dd_slurm.plan.io import canonical_json, plan_digest
+from dd_slurm.plan.records import Array, Plan
 from dd_slurm.scheduler.render import ScriptContext, render_script
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import sync_filesystem, write_atomic
@@ -168,7 +169,7 @@ def submit_staged_run(run_dir: str, workspace: str, commands: Any, clock: Clock,
                       environ: Mapping[str, str]) -> dict[str, Any]:
     """`dd-slurm submit <run dir>`: a run staged earlier (`dd-slurm stage` of an array plan)."""
     from dd_slurm.bundle.stage import workspace_path
-    from dd_slurm.plan import load_plan
+    from dd_slurm.plan.io import load_plan
     from dd_slurm.scheduler.render import forwarded_names
 
     directory = Path(run_dir).resolve()

@@ -33,7 +33,7 @@ def claim(attempt_dir: Path, clock: Clock) -> dict[str, Any]:
 def submit_staged(attempt_dir: str, workspace: str, commands: SlurmCommands, clock: Clock,
                   environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import workspace_path
-    from dd_slurm.plan import load_plan
+    from dd_slurm.plan.io import load_plan
     from dd_slurm.scheduler.render import forwarded_names
     from dd_slurm.store.view import attempt_dir as checked_dir
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dd_slurm import fields
 from dd_slurm.errors import PlanError
-from dd_slurm.plan import canonical_json, load_plan, parse_plan, plan_digest, plan_to_data
+from dd_slurm.plan import fields
+from dd_slurm.plan.io import canonical_json, load_plan, parse_plan, plan_digest, plan_to_data
 from tests.conftest import PLANS
 
 VALID = sorted(PLANS.glob("*.json"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from dd_slurm.plan import parse_plan
+from dd_slurm.plan.io import parse_plan
 from tests.conftest import ROOT
 
 

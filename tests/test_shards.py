@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dd_slurm.clock import FakeClock
 from dd_slurm.errors import AttemptDirError
-from dd_slurm.plan import parse_plan
+from dd_slurm.plan.io import parse_plan
 from dd_slurm.scheduler.parse import expand_tasks
 from dd_slurm.shards import array_spec, select_shard, shard_of, stage_run
 from dd_slurm.store.attempt_files import RUN_RECORD

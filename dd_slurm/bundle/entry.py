@@ -47,9 +47,9 @@ EXIT_UNVERIFIED = 4
 # What the short on-node commands (_step, _probe, _identity, _scan) import from the bundle: all they
 # verify, all they may import. The long-lived gateway (_gateway) verifies the whole bundle, as `run` does.
 NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.stepexec", "dd_slurm.runtime.leftover_scan",
-                "dd_slurm.runtime.listeners", "dd_slurm.fields", "dd_slurm.store", "dd_slurm.store.atomic",
-                "dd_slurm.store.attempt_files")
-NODE_PACKAGES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.store")
+                "dd_slurm.runtime.listeners", "dd_slurm.plan", "dd_slurm.plan.fields", "dd_slurm.store",
+                "dd_slurm.store.atomic", "dd_slurm.store.attempt_files")
+NODE_PACKAGES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.plan", "dd_slurm.store")
 GATEWAY_COMMAND = "_gateway"
 _HEX = frozenset("0123456789abcdef")
 

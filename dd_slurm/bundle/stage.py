@@ -25,8 +25,9 @@ from dd_slurm.bundle.manifest import (
 )
 from dd_slurm.clock import Clock
 from dd_slurm.errors import InvalidInput
-from dd_slurm.fields import control_char
-from dd_slurm.plan import Plan, canonical_json, plan_digest
+from dd_slurm.plan.fields import control_char
+from dd_slurm.plan.io import canonical_json, plan_digest
+from dd_slurm.plan.records import Plan
 from dd_slurm.scheduler.render import ScriptContext, render_script
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic

@@ -12,11 +12,11 @@ from typing import Optional
 from attrs import evolve
 
 from dd_slurm.errors import AttemptFailure
+from dd_slurm.plan.placement import Placed
 from dd_slurm.runtime import gateway_step, verify
 from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import endpoint_map, publish
-from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import published_port

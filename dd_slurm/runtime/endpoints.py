@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
 
-from dd_slurm.plan import Plan
-from dd_slurm.runtime.placement import Placed
+from dd_slurm.plan.placement import Placed
+from dd_slurm.plan.records import Plan
 from dd_slurm.store.atomic import write_json_atomic
 
 SCHEMA = 2

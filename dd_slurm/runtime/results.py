@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
-from dd_slurm.plan import Result
+from dd_slurm.plan.records import Result
 
 BLOCK = 1 << 20
 

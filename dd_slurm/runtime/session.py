@@ -16,11 +16,11 @@ import attrs
 from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.clock import Clock
 from dd_slurm.errors import DdSlurmError, VerificationError
-from dd_slurm.plan import Deployment, Plan
+from dd_slurm.plan.placement import Placed, place_replicas
+from dd_slurm.plan.records import Deployment, Plan
 from dd_slurm.runtime import verify
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.launch import StepRunner, env_copy
-from dd_slurm.runtime.placement import Placed, place_replicas
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps

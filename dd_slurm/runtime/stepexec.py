@@ -110,7 +110,7 @@ def launch_plan(spec: dict, env: dict[str, str], node: str,
                 address: str) -> tuple[str, list[str], dict, tuple[str, str] | None]:
     """The program found on the step's own PATH, the expanded argv, what to record about it (the
     port), and (reason, problem) if it cannot run."""
-    from dd_slurm.fields import expand  # standard library only
+    from dd_slurm.plan.fields import expand  # standard library only
 
     values = dict(spec.get("values") or {})
     if spec.get("choose_port"):

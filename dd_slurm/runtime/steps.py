@@ -25,9 +25,9 @@ from typing import Optional
 
 import attrs
 
-from dd_slurm.fields import expand
-from dd_slurm.plan import Deployment, Env, Plan
-from dd_slurm.runtime.placement import Placed
+from dd_slurm.plan.fields import expand
+from dd_slurm.plan.placement import Placed
+from dd_slurm.plan.records import Deployment, Env, Plan
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 RUNTIME_NAMES = ("DD_SLURM_ATTEMPT_ID", "DD_SLURM_ROLE")  # srun carries these from its own environment

@@ -13,7 +13,8 @@ from typing import Optional
 
 from dd_slurm.bundle.manifest import verify_bundle
 from dd_slurm.errors import PlanError, VerificationError
-from dd_slurm.plan import Plan, parse_plan
+from dd_slurm.plan.io import parse_plan
+from dd_slurm.plan.records import Plan
 from dd_slurm.runtime.context import Allocation
 
 

@@ -12,8 +12,8 @@ from typing import Optional
 import attrs
 
 from dd_slurm.errors import RenderError
-from dd_slurm.fields import control_char
-from dd_slurm.plan import Plan
+from dd_slurm.plan.fields import control_char
+from dd_slurm.plan.records import Plan
 from dd_slurm.store import attempt_files as files
 
 ENTRY_NAME = "entry.py"

@@ -19,8 +19,8 @@ import attrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from dd_slurm.errors import AttemptDirError
-from dd_slurm.fields import FieldError
-from dd_slurm.plan_converter import CONVERTER, first_error
+from dd_slurm.plan.converter import CONVERTER, first_error
+from dd_slurm.plan.fields import FieldError
 from dd_slurm.store.atomic import write_json_atomic
 
 

@@ -99,7 +99,7 @@ def parse_benchmarks(data: dict[str, str], ref: str | None, tmp: Path) -> list[d
 
 
 def render_benchmark() -> dict:
-    from dd_slurm.plan import load_plan
+    from dd_slurm.plan.io import load_plan
     from dd_slurm.scheduler.render import ScriptContext, render_script
 
     plan = load_plan(ROOT / "fixtures" / "plans" / "two-deployments.json")

@@ -76,13 +76,13 @@ def test_a_module_changed_after_verification_does_not_load(tmp_path) -> None:
     staged = stage_plan(tmp_path, plan_data("single-node"))
     finder = OnlyVerified(str(staged.bundle_dir), NODE_MODULES, _bundle_files(staged.bundle_dir))
     marker = tmp_path / "marker"
-    for rel in module_files(("dd_slurm.fields",)):
+    for rel in module_files(("dd_slurm.plan.fields",)):
         target = staged.bundle_dir / rel
         os.chmod(target, 0o644)
         target.write_bytes(target.read_bytes()[:16] + b"x" if rel.endswith(".pyc") else
                            PAYLOAD.format(marker=str(marker)).encode())
-    spec = finder.find_spec("dd_slurm.fields")
-    module = type(sys)("dd_slurm.fields")
+    spec = finder.find_spec("dd_slurm.plan.fields")
+    module = type(sys)("dd_slurm.plan.fields")
     with pytest.raises(ImportError) as caught:
         spec.loader.exec_module(module)
     assert (False, True) == (marker.exists(), "checksum" in str(caught.value))
@@ -104,10 +104,10 @@ def test_a_listed_module_loads_its_verified_bytecode(tmp_path) -> None:
     not read, so a broken source changes nothing), and the module names its source as __file__."""
     staged = stage_plan(tmp_path, plan_data("single-node"))
     finder = OnlyVerified(str(staged.bundle_dir), NODE_MODULES, _bundle_files(staged.bundle_dir))
-    source = staged.bundle_dir / "lib" / "dd_slurm" / "fields.py"
+    source = staged.bundle_dir / "lib" / "dd_slurm" / "plan" / "fields.py"
     os.chmod(source, 0o644)
     source.write_text("raise SystemExit('the source ran')\n")
-    spec = finder.find_spec("dd_slurm.fields")
-    module = type(sys)("dd_slurm.fields")
+    spec = finder.find_spec("dd_slurm.plan.fields")
+    module = type(sys)("dd_slurm.plan.fields")
     spec.loader.exec_module(module)
     assert (str(source), str(source), True) == (spec.origin, module.expand.__code__.co_filename, callable(module.expand))

@@ -16,7 +16,7 @@ import pytest
 from dd_slurm.bundle.stage import stage
 from dd_slurm.clock import FakeClock
 from dd_slurm.errors import EXIT_INVALID, InvalidInput
-from dd_slurm.plan import load_plan
+from dd_slurm.plan.io import load_plan
 from tests.conftest import PLANS, ROOT
 
 OTHER_UID = 12345
@@ -80,7 +80,7 @@ STAGE_UNDER_UMASK_0 = """
 import json, os, sys
 from dd_slurm.bundle.stage import stage
 from dd_slurm.clock import FakeClock
-from dd_slurm.plan import load_plan
+from dd_slurm.plan.io import load_plan
 os.umask(0)
 staged = stage(load_plan(sys.argv[1]), sys.argv[2], FakeClock())
 print(json.dumps(str(staged.attempt_dir)))

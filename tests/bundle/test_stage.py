@@ -12,7 +12,7 @@ from dd_slurm.bundle.manifest import verify_bundle
 from dd_slurm.bundle.stage import stage
 from dd_slurm.clock import FakeClock
 from dd_slurm.errors import InvalidInput
-from dd_slurm.plan import load_plan
+from dd_slurm.plan.io import load_plan
 from tests.conftest import PLANS
 
 

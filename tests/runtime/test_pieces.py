@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dd_slurm.errors import AttemptFailure, VerificationError
-from dd_slurm.plan import Result, parse_plan
+from dd_slurm.plan.io import parse_plan
+from dd_slurm.plan.placement import place_replicas
+from dd_slurm.plan.records import Result
 from dd_slurm.runtime.hostlist import expand_hostlist
 from dd_slurm.runtime.parquet_rows import parquet_num_rows
-from dd_slurm.runtime.placement import place_replicas
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.stepexec import step_environment
@@ -85,7 +86,7 @@ def test_impossible_placement_is_a_verification_error() -> None:
 def test_step_argument_vector_and_follower_placeholders(tmp_path) -> None:
     """Each rank becomes one srun vector (no shell); the follower gets its rank and the leader's
     host; the launcher expands the argv; srun exports names only."""
-    from dd_slurm.fields import expand
+    from dd_slurm.plan.fields import expand
 
     plan = _plan()
     placed = place(plan, ("n1", "n2", "n3"), 2)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dd_slurm.errors import AttemptFailure
-from dd_slurm.plan import Result
+from dd_slurm.plan.records import Result
 from dd_slurm.runtime.results import BLOCK, validate_result
 from tests.conftest import FIXTURES
 

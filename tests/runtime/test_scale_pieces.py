@@ -15,8 +15,8 @@ import pytest
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import InvalidInput
+from dd_slurm.plan.placement import Placed
 from dd_slurm.runtime.listeners import check_listener, check_listeners
-from dd_slurm.runtime.placement import Placed
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.replica_checks import identity_problem
 from dd_slurm.runtime.stepexec import which

@@ -13,7 +13,7 @@ from tests.runtime.harness import failure_path, journal, plan_data, run, servers
 
 
 def _tamper_bundle(staged) -> None:
-    target = Path(staged.bundle_dir) / "lib" / "dd_slurm" / "plan.py"
+    target = Path(staged.bundle_dir) / "lib" / "dd_slurm" / "plan" / "records.py"
     os.chmod(target, 0o644)
     target.write_text(target.read_text() + "\n# tampered\n")
 

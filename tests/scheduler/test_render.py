@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dd_slurm.errors import RenderError
-from dd_slurm.plan import parse_plan
+from dd_slurm.plan.io import parse_plan
 from dd_slurm.scheduler.render import BOOT, ScriptContext, directives, render_script
 from dd_slurm.testing.sbatch_directives import read_directives
 from tests.conftest import FIXTURES, PLANS

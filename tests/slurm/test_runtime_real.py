@@ -58,10 +58,10 @@ def test_tampered_bundle_file(tmp_path, cluster) -> None:
     """A bundle file changed after staging: bundle_checksum, before any server."""
     from dd_slurm.bundle.stage import stage
     from dd_slurm.clock import Clock
-    from dd_slurm.plan import parse_plan
+    from dd_slurm.plan.io import parse_plan
 
     staged = stage(parse_plan(json.dumps(plan_data("single-node"))), tmp_path / "ws", Clock())
-    target = staged.bundle_dir / "lib" / "dd_slurm" / "fields.py"
+    target = staged.bundle_dir / "lib" / "dd_slurm" / "plan" / "fields.py"
     os.chmod(target, 0o644)
     target.write_text(target.read_text() + "# tampered\n")
     job = subprocess.run([cluster.tool("sbatch"), "--parsable", str(staged.script)], capture_output=True, text=True,
@@ -74,7 +74,7 @@ def test_tampered_plan(tmp_path, cluster) -> None:
     """plan.json changed after staging: plan_digest, before any server."""
     from dd_slurm.bundle.stage import stage
     from dd_slurm.clock import Clock
-    from dd_slurm.plan import parse_plan
+    from dd_slurm.plan.io import parse_plan
 
     staged = stage(parse_plan(json.dumps(plan_data("single-node"))), tmp_path / "ws", Clock())
     plan_file = staged.attempt_dir / "plan.json"
@@ -91,7 +91,7 @@ def test_plan_needing_8_gpus_per_node_on_4_gpu_nodes(tmp_path, cluster) -> None:
     has 4: gpu_shape, before any server."""
     from dd_slurm.bundle.stage import stage
     from dd_slurm.clock import Clock
-    from dd_slurm.plan import parse_plan
+    from dd_slurm.plan.io import parse_plan
 
     data = plan_data("single-node")
     data["job"]["gpus_per_node"] = 8
@@ -122,7 +122,7 @@ def test_unwritable_results_dir(tmp_path, cluster) -> None:
     """The results dir handed to someone else after staging: paths, before any server."""
     from dd_slurm.bundle.stage import stage
     from dd_slurm.clock import Clock
-    from dd_slurm.plan import parse_plan
+    from dd_slurm.plan.io import parse_plan
 
     staged = stage(parse_plan(json.dumps(plan_data("single-node"))), tmp_path / "ws", Clock())
     os.chown(staged.attempt_dir / "results", 65534, 65534)

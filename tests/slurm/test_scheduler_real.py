@@ -7,7 +7,7 @@ import subprocess
 
 from dd_slurm.bundle.stage import stage
 from dd_slurm.clock import Clock
-from dd_slurm.plan import load_plan
+from dd_slurm.plan.io import load_plan
 from tests.conftest import PLANS
 from tests.slurm.conftest import wait_until, write_script
 

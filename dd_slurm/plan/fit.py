@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dd_slurm.errors import VerificationError
-from dd_slurm.fields import FieldError
+from dd_slurm.plan.fields import FieldError
 
 if TYPE_CHECKING:
-    from dd_slurm.plan import Plan
+    from dd_slurm.plan.records import Plan
 
 
 def check_fit(plan: Plan) -> None:
-    from dd_slurm.runtime.placement import place_replicas, port_clash
+    from dd_slurm.plan.placement import place_replicas, port_clash
 
     nodes = tuple(f"node{i}" for i in range(plan.job.nodes))
     try:

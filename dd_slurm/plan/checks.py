@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from dd_slurm import fields as F
+from dd_slurm.plan import fields as F
 
 SCHEMA_VERSION = 1
 # Sane upper bounds: no allocation is larger, and a typo like 1e6 GPUs fails here, not in the queue.

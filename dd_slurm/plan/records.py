@@ -1,17 +1,13 @@
-"""The resolved plan v1: frozen attrs records, one strict cattrs converter, canonical JSON, digest."""
+"""The resolved plan v1: frozen attrs records, each field validated where it is declared."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import attrs
 
-from dd_slurm import fields as F
-from dd_slurm import plan_checks as C
-from dd_slurm.errors import PlanError
+from dd_slurm.plan import checks as C
+from dd_slurm.plan import fields as F
 
 RESULT_FORMATS = ("jsonl", "json", "parquet", "file")
 
@@ -152,37 +148,6 @@ class Plan:
         if self.client.env.api_key_var is None and any(d.env.api_key_var for d in self.deployments):
             raise F.FieldError("required when a deployment sets env.api_key_var: the client must present the "
                                "attempt key to the gateway", ".client.env.api_key_var")
-        from dd_slurm.plan_fit import check_fit
+        from dd_slurm.plan.fit import check_fit
 
         check_fit(self)
-
-
-def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan file; every failure is a PlanError naming the field."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise PlanError("", f"cannot read plan {path}: {err.strerror}") from None
-    return parse_plan(raw)
-
-
-def parse_plan(raw: bytes | str) -> Plan:
-    from dd_slurm.plan_converter import structure_plan
-    from dd_slurm.strict_json import loads_strict
-
-    return structure_plan(loads_strict(raw, PlanError))
-
-
-def plan_to_data(plan: Plan) -> dict[str, Any]:
-    from dd_slurm.plan_converter import CONVERTER
-
-    return CONVERTER.unstructure(plan)
-
-
-def canonical_json(plan: Plan) -> bytes:
-    """Sorted keys, no whitespace, UTF-8: the bytes the digest covers."""
-    return json.dumps(plan_to_data(plan), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def plan_digest(plan: Plan) -> str:
-    return hashlib.sha256(canonical_json(plan)).hexdigest()

@@ -9,8 +9,9 @@ import cattrs
 from cattrs.errors import AttributeValidationNote, ForbiddenExtraKeysError, IterableValidationNote
 
 from dd_slurm.errors import PlanError
-from dd_slurm.fields import FieldError, check_text
-from dd_slurm.strict_json import number_problem
+from dd_slurm.plan.fields import FieldError, check_text
+from dd_slurm.plan.records import Plan
+from dd_slurm.plan.strict_json import number_problem
 
 CONVERTER = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
 
@@ -78,8 +79,6 @@ class _Nested(Exception):
 
 
 def structure_plan(data: Any) -> Any:
-    from dd_slurm.plan import Plan
-
     if not isinstance(data, dict):
         raise PlanError("", "the plan must be a JSON object")
     try:

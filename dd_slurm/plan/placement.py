@@ -10,7 +10,7 @@ import attrs
 from dd_slurm.errors import VerificationError
 
 if TYPE_CHECKING:
-    from dd_slurm.plan import Deployment, Plan
+    from dd_slurm.plan.records import Deployment, Plan
 
 
 @attrs.frozen
