@@ -9,8 +9,8 @@ from typing import Any, NoReturn, cast
 
 import click
 
+from dd_slurm.control.report import printable
 from dd_slurm.errors import EXIT_INVALID, DdSlurmError
-from dd_slurm.report import printable
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -94,7 +94,7 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mer
         raise click.UsageError("--mermaid goes with --timeline, without --json")
     directory = checked_dir(attempt_dir)
     if timeline:
-        from dd_slurm import timeline as TL
+        from dd_slurm.store import timeline as TL
 
         found = TL.load(directory)
         if as_mermaid:
@@ -108,7 +108,7 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mer
 
         click.echo(path_chart(view["history"]), nl=False)
         return
-    from dd_slurm.report_inspect import inspect_text
+    from dd_slurm.control.report_inspect import inspect_text
 
     emit(view, as_json, inspect_text)
 
@@ -122,7 +122,7 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mer
 def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> None:
     """Without NAME, the attempt's logs with their sizes; with NAME (batch, supervisor, client,
     preflight, deploy-<name>-<n>, ...), that log."""
-    from dd_slurm import logs as L
+    from dd_slurm.control import logs as L
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory = checked_dir(attempt_dir)
@@ -189,7 +189,7 @@ def render(plan: str, workspace: str) -> None:
         digest = planned_manifest()["digest"]
     attempt_id = new_attempt_id(loaded, _clock())
     if loaded.job.array is not None:
-        from dd_slurm.shards import render_run
+        from dd_slurm.control.shards import render_run
 
         bin_dir = os.environ.get("DD_SLURM_BIN_DIR") or None
         click.echo(render_run(loaded, ws, attempt_id, bundle, digest, bin_dir), nl=False)
@@ -212,7 +212,7 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
 
     loaded = load_plan(plan)
     if loaded.job.array is not None:
-        from dd_slurm.shards import stage_run_summary
+        from dd_slurm.control.shards import stage_run_summary
 
         emit(stage_run_summary(loaded, workspace, _clock(), os.environ), as_json, lambda v: v["attempt_dir"])
         return
@@ -238,11 +238,11 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
     from dd_slurm.store import attempt_files
 
     if Path(plan, attempt_files.RUN_RECORD).is_file():
-        from dd_slurm.shards import submit_staged_run as do_submit
+        from dd_slurm.control.shards import submit_staged_run as do_submit
     elif Path(plan).is_dir():
-        from dd_slurm.submit_staged import submit_staged as do_submit  # type: ignore[assignment]
+        from dd_slurm.control.submit_staged import submit_staged as do_submit  # type: ignore[assignment]
     else:
-        from dd_slurm.control import submit as do_submit  # type: ignore[assignment]
+        from dd_slurm.control.submit import submit as do_submit  # type: ignore[assignment]
     out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
     if wait and as_json:  # the whole output is JSON Lines
         click.echo(json.dumps(out, sort_keys=True))
@@ -265,7 +265,7 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
 def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
     """The attempt's state from disk plus a fresh scheduler observation (exit 3 when the
     scheduler cannot answer; what is on disk is still shown)."""
-    from dd_slurm.control import status as do_status
+    from dd_slurm.control.status import status as do_status
     from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
@@ -273,8 +273,8 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
         return _run_status(attempt_dir, as_json, watch, interval)
     directory, clock, commands = checked_dir(attempt_dir), _clock(), cast(Any, _LazyCommands())
     if not watch:
+        from dd_slurm.control.report import status_text
         from dd_slurm.errors import EXIT_SCHEDULER
-        from dd_slurm.report import status_text
 
         view = do_status(directory, commands, clock)
         emit(view, as_json, status_text)
@@ -286,7 +286,7 @@ def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> Non
 
 def _run_status(run_dir: str, as_json: bool, watch: bool, interval: float) -> None:
     """`status <run dir>`: every shard in one round; `--watch`: exit 0 if all succeeded, else 4."""
-    from dd_slurm.runs_view import watch_run
+    from dd_slurm.control.runs_view import watch_run
 
     code = watch_run(run_dir, _commands(), _clock(), click.echo, as_json, watch, interval)
     if code is not None:
@@ -294,9 +294,9 @@ def _run_status(run_dir: str, as_json: bool, watch: bool, interval: float) -> No
 
 
 def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
-    from dd_slurm.control import status as do_status
+    from dd_slurm.control.status import status as do_status
+    from dd_slurm.control.watch import follow
     from dd_slurm.store.attempt_record import read_record
-    from dd_slurm.watch import follow
 
     return follow(lambda: do_status(directory, commands, clock), clock, click.echo,
                   read_record(directory).get("submitted_at"), interval, as_json)
@@ -307,7 +307,7 @@ def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
 @json_option
 def query(job_ids: tuple[str, ...], as_json: bool) -> None:
     """Normalized scheduler observations for raw job ids (arrays expanded per task)."""
-    from dd_slurm.control import query as do_query
+    from dd_slurm.scheduler.query import query as do_query
 
     found = [o.to_json() for o in do_query(list(job_ids), _commands(), _clock())]
     emit(found, as_json, lambda rows: "\n".join(
@@ -321,7 +321,7 @@ def query(job_ids: tuple[str, ...], as_json: bool) -> None:
 def list_attempts(workspace: str, as_json: bool) -> None:
     """Every attempt and shard: state, effective outcome, job id, age (one squeue + one sacct at most)."""
     from dd_slurm.bundle.stage import workspace_path
-    from dd_slurm.workspace import list_text, list_workspace
+    from dd_slurm.control.workspace import list_text, list_workspace
 
     view = list_workspace(workspace_path(workspace), _commands(), _clock().wall())
     click.echo(json.dumps(view, sort_keys=True) if as_json else list_text(view))  # compact: C encoder
@@ -332,12 +332,12 @@ def list_attempts(workspace: str, as_json: bool) -> None:
 @json_option
 def cancel(attempt_dir: str, as_json: bool) -> None:
     """scancel the attempt's job and record the request."""
-    from dd_slurm.control import cancel as do_cancel
+    from dd_slurm.control.status import cancel as do_cancel
     from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     if is_run_dir(attempt_dir):  # a run: one scancel of its array
-        from dd_slurm.runs_view import cancel_run as do_cancel  # type: ignore[assignment]
+        from dd_slurm.control.runs_view import cancel_run as do_cancel  # type: ignore[assignment]
     out = do_cancel(checked_dir(attempt_dir, runs=True), _commands(), _clock())
     emit(out, as_json, lambda v: f"cancel requested for job {v['job_id']}" if v.get("cancel_requested", True)
          else f"not cancelled: {v['ended']}")

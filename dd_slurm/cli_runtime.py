@@ -32,7 +32,7 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
 
     code, summary = run_command(attempt_dir, bundle_digest, plan_digest, early_signals=_early_signals(),
                                 verified_bundle=_context("verified_bundle"))
-    from dd_slurm.report import attempt_line
+    from dd_slurm.control.report import attempt_line
 
     emit(summary, as_json, attempt_line)
     sys.exit(code)

@@ -39,7 +39,7 @@ def supervise(words: tuple[str, str, str], early_signals: list[int] | None,
               verified_bundle: tuple[str, str] | None) -> NoReturn:
     """`dd-slurm run`, as the click command runs it: the attempt's line, then its exit code."""
     try:
-        from dd_slurm.report import attempt_line, printable
+        from dd_slurm.control.report import attempt_line, printable
         from dd_slurm.runtime.run import run_command
 
         code, summary = run_command(*words, early_signals=early_signals, verified_bundle=verified_bundle)
@@ -58,7 +58,7 @@ def answered_from_disk(args: list[str]) -> bool:
     if args[:1] != ["status"] or len(args) > 3 or len(rest) != 1 or rest[0].startswith("-"):
         return False
     try:
-        from dd_slurm.control import settled_status
+        from dd_slurm.control.status import settled_status
         from dd_slurm.store.run_record import is_run_dir
         from dd_slurm.store.view import attempt_dir
 
@@ -81,6 +81,6 @@ def answered_from_disk(args: list[str]) -> bool:
 def _rendered(view: dict, as_json: bool) -> str:
     import json
 
-    from dd_slurm.report import printable, status_text
+    from dd_slurm.control.report import printable, status_text
 
     return json.dumps(view, indent=1, sort_keys=True) if as_json else printable(status_text(view))

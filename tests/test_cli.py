@@ -114,7 +114,7 @@ def test_inspect_of_a_missing_dir_is_one_line_exit_2(dd_slurm_exe, tmp_path) -> 
 ])
 def test_scheduler_and_attempt_agreement(attempt, obs, agrees) -> None:
     """`status` flags a finished job whose attempt did not end, or whose outcome contradicts it."""
-    from dd_slurm.report import disagreement
+    from dd_slurm.control.report import disagreement
 
     assert agrees == (disagreement(attempt, obs) is None)
 

@@ -26,12 +26,12 @@ SETTLED = [  # how the attempt got where it is: journal states, outcome, reason,
 
 def settled_attempt(tmp_path, fake_slurm, fake_commands, clock, states, outcome, reason, sched):
     """An attempt whose job sacct has reported ended (one status call persisted that)."""
-    from dd_slurm import control
+    from dd_slurm.control.status import status
 
     attempt = staged(tmp_path, "1000")
     journal_to(attempt, *states, outcome=outcome, reason=reason)
     fake_job(fake_slurm, "1000", state=sched, exit="0:0")
-    assert control.status(attempt, fake_commands, clock)["scheduler"]["source"] == "sacct"
+    assert status(attempt, fake_commands, clock)["scheduler"]["source"] == "sacct"
     return attempt
 
 

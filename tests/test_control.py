@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dd_slurm import control
 from dd_slurm.clock import FakeClock
+from dd_slurm.control import status as attempt_status
+from dd_slurm.control.submit import submit
 from dd_slurm.errors import ToolFailed
 from dd_slurm.machine.journal import Journal
 from dd_slurm.scheduler.commands import QueryResult
@@ -68,24 +69,24 @@ def test_effective_outcome(state, outcome, reason, sched, expected) -> None:
     from dd_slurm.scheduler.states import is_terminal
 
     obs = {"state": sched, "terminal": is_terminal(sched)} if sched else None
-    assert expected == control.effective({"state": state, "outcome": outcome, "reason": reason}, obs)
+    assert expected == attempt_status.effective({"state": state, "outcome": outcome, "reason": reason}, obs)
 
 
 def test_a_dead_supervisor_shows_as_supervisor_lost(fake_slurm, fake_commands, clock, tmp_path) -> None:
     """The job failed (its supervisor was SIGKILLed) while the attempt says client and readiness
     says ready: status --json gives effective supervisor_lost, the text marks readiness stale."""
-    from dd_slurm.report import status_text
+    from dd_slurm.control.report import status_text
 
     attempt = staged(tmp_path, "1000")
     journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")
     fake_job(fake_slurm, "1000", state="FAILED", exit="137:0")
-    view = control.status(attempt, fake_commands, clock)
+    view = attempt_status.status(attempt, fake_commands, clock)
     assert {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"} == view["effective"]
     (attempt / "readiness.json").write_text(json.dumps({
         "schema": 2, "attempt_id": attempt.name, "endpoints": "published",
         "deployments": {"m": {"state": "ready", "expected": 1, "ready": ["http://h:1"], "nodes": ["h"],
                               "base_url": "http://h:1", "deadline": None, "last_probe": None, "detail": None}}}))
-    text = status_text(control.status(attempt, fake_commands, clock))
+    text = status_text(attempt_status.status(attempt, fake_commands, clock))
     assert "effective: failed (supervisor_lost" in text and "[stale: its supervisor is gone]" in text
 
 
@@ -93,9 +94,9 @@ def test_finished_is_finished(fake_slurm, fake_commands, clock, tmp_path) -> Non
     """Once sacct's terminal record is persisted, status makes no scheduler call at all."""
     attempt = staged(tmp_path, "1000")
     fake_job(fake_slurm, "1000", state="COMPLETED")
-    first = control.status(attempt, fake_commands, clock)["scheduler"]
+    first = attempt_status.status(attempt, fake_commands, clock)["scheduler"]
     calls = len(fake_slurm.calls())
-    again = control.status(attempt, fake_commands, clock)["scheduler"]
+    again = attempt_status.status(attempt, fake_commands, clock)["scheduler"]
     assert (first, calls) == (again, len(fake_slurm.calls()))
     assert ("completed", "sacct", 2) == (again["state"], again["source"], calls)
 
@@ -107,7 +108,7 @@ def test_a_reused_array_id_does_not_end_the_attempt(fake_slurm, fake_commands, c
     attempt = staged(tmp_path, "1000_1")
     journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")
     fake_slurm.add_older_array("1000", {0: ("COMPLETED", "0:0"), 1: ("FAILED", "4:0")}, ended_at=1_699_999_000.0)
-    view = control.status(attempt, fake_commands, clock)
+    view = attempt_status.status(attempt, fake_commands, clock)
     assert (None, False) == (view["effective"], view["scheduler"]["terminal"])
 
 
@@ -128,10 +129,10 @@ def test_concurrent_status_keeps_time_order(tmp_path) -> None:
     and last_seen never moves backwards."""
     attempt = staged(tmp_path, "1000")
     release = threading.Event()
-    early = threading.Thread(target=control.observe_attempt,
+    early = threading.Thread(target=attempt_status.observe_attempt,
                              args=(attempt, read_record(attempt), _Gated(release), FakeClock(1_700_000_100.0)))
     early.start()
-    control.observe_attempt(attempt, read_record(attempt), _Gated(None), FakeClock(1_700_000_200.0))
+    attempt_status.observe_attempt(attempt, read_record(attempt), _Gated(None), FakeClock(1_700_000_200.0))
     release.set()
     early.join(10)
     record = read_record(attempt)
@@ -177,7 +178,7 @@ def test_cancel_of_an_ended_attempt_records_nothing(fake_slurm, fake_commands, c
     fake_job(fake_slurm, "1001", state="TIMEOUT")
     gone = staged(tmp_path / "b", "1001")
     before = [(d / "attempt.json").read_bytes() for d in (done, gone)]
-    found = [control.cancel(d, fake_commands, clock) for d in (done, gone)]
+    found = [attempt_status.cancel(d, fake_commands, clock) for d in (done, gone)]
     assert [False, False] == [f["cancel_requested"] for f in found]
     assert "done (failed, hosts)" in found[0]["ended"] and "timeout" in found[1]["ended"]
     assert (before, []) == ([(d / "attempt.json").read_bytes() for d in (done, gone)], fake_slurm.calls("scancel"))
@@ -190,7 +191,7 @@ def test_a_failed_scancel_records_nothing(fake_slurm, fake_commands, clock, tmp_
     fake_slurm.add_fault("scancel", exit=1, stderr="scancel: error: Kill job error on job id 1000: Access/permission denied\n",
                          times=2)
     with pytest.raises(ToolFailed):
-        control.cancel(attempt, fake_commands, clock)
+        attempt_status.cancel(attempt, fake_commands, clock)
     assert [] == read_record(attempt)["cancel_requests"]
 
 
@@ -198,7 +199,7 @@ def test_cancel_records_the_request_after_scancel(fake_slurm, fake_commands, clo
     """A live job: scancel, then the request is recorded."""
     fake_job(fake_slurm, "1000", state="RUNNING")
     attempt = staged(tmp_path, "1000")
-    assert control.cancel(attempt, fake_commands, clock)["cancel_requested"]
+    assert attempt_status.cancel(attempt, fake_commands, clock)["cancel_requested"]
     assert ([["1000"]], 1) == (fake_slurm.calls("scancel"), len(read_record(attempt)["cancel_requests"]))
 
 
@@ -213,7 +214,7 @@ def test_a_refused_submission_leaves_no_staged_attempt(fake_slurm, fake_commands
     says so."""
     fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: invalid partition specified: nope\n")
     with pytest.raises(ToolFailed) as caught:
-        control.submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+        submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
     assert [] == list((tmp_path / "ws" / "attempts").iterdir())
     assert "was removed" in str(caught.value)
 
@@ -226,7 +227,7 @@ def test_a_submission_of_unknown_fate_keeps_and_names_its_attempt(fake_slurm, fa
     fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: Socket timed out on send/recv operation\n")
     fake_slurm.add_fault("sacct", exit=1, stderr="sacct: error: slurmdbd: Connection refused\n", times=3)
     with pytest.raises(SubmissionUnknown) as caught:
-        control.submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+        submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
     [kept] = list((tmp_path / "ws" / "attempts").iterdir())
     assert f"kept at {kept}" in str(caught.value)
     assert "Socket timed out" in read_record(kept)["submit_error"]
@@ -237,7 +238,7 @@ def test_an_adopted_submission_is_recorded_and_said(fake_slurm, fake_commands, c
     submit's answer carries the note."""
     fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: Socket timed out on send/recv operation\n",
                          after_work=True, job={"held": True})
-    out = control.submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+    out = submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
     record = read_record(Path(out["attempt_dir"]))
     assert ("1000", "1000", True) == (out["job_id"], record["job_id"], record["submission"]["adopted"])
     assert "adopted job 1000" in out["note"]

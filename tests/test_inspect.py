@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from dd_slurm.report_inspect import endpoint_lines, failure_lines, gateway_lines, inspect_text, log_to_open
+from dd_slurm.control.report_inspect import endpoint_lines, failure_lines, gateway_lines, inspect_text, log_to_open
 from dd_slurm.store.view import inspect_attempt
 from tests.conftest import FIXTURES
 

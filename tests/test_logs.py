@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dd_slurm.clock import FakeClock
+from dd_slurm.control.logs import find_log, follow, human_size, list_logs
 from dd_slurm.errors import InvalidInput
-from dd_slurm.logs import find_log, follow, human_size, list_logs
 
 FILES = {"batch-77.out": b"batch says hi\n", "client.log": b"client\n" * 300, "deploy-big-0.log": b"loading\n",
          "deploy-big-1.log": b"", "preflight.log": b"ok\n"}
@@ -151,7 +151,7 @@ def test_cli_follow_stops_cleanly_on_ctrl_c(dd_slurm_exe, tmp_path) -> None:
 def test_following_waits_for_a_log_that_appears_later(tmp_path) -> None:
     """`-f client` before the client started: wait for its log while the attempt runs; a name
     that never appears is an error once the attempt is finished."""
-    from dd_slurm.logs import await_log
+    from dd_slurm.control.logs import await_log
 
     directory = attempt(tmp_path, {"batch-77.out": b""})
 

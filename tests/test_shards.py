@@ -10,13 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dd_slurm.clock import FakeClock
+from dd_slurm.control.shards import array_spec, stage_run
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.plan.io import parse_plan
 from dd_slurm.scheduler.parse import expand_tasks
-from dd_slurm.shards import array_spec, select_shard, shard_of, stage_run
 from dd_slurm.store.attempt_files import RUN_RECORD
 from dd_slurm.store.attempt_record import read_record
 from dd_slurm.store.run_record import read_run, shard_id
+from dd_slurm.store.run_shards import select_shard, shard_of
 from dd_slurm.testing.fake_slurm.arrays import indices, output_path
 from dd_slurm.testing.sbatch_directives import read_directives
 from tests.runtime.harness import plan_data

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dd_slurm.store.attempt_files import TIMELINE
-from dd_slurm.timeline import build, load, markdown, mermaid, table, write_timeline
+from dd_slurm.store.timeline import build, load, markdown, mermaid, table, write_timeline
 from tests.conftest import FIXTURES
 
 CASES = sorted(p.name for p in (FIXTURES / "timeline").iterdir())

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dd_slurm.clock import FakeClock
-from dd_slurm.watch import exit_code, follow, hms, progress
+from dd_slurm.control.watch import exit_code, follow, hms, progress
 
 START = 1_700_000_000.0
 

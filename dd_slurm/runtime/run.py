@@ -22,7 +22,7 @@ from dd_slurm.runtime.supervision import Holder, SupervisionRefused, SupervisorL
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
-from dd_slurm.timeline import write_timeline
+from dd_slurm.store.timeline import write_timeline
 
 # Where `advance --until` may stop: no process of the attempt runs in these states.
 SAFE_STOPS = tuple(s for s in T.UNTIL_STATES if s not in T.LIVE_STATES)
@@ -54,7 +54,7 @@ def run_in_dir(attempt_dir: str, bundle_digest: Optional[str], plan_digest: Opti
                **kwargs: Any) -> tuple[Path, Attempt]:
     """`run`/`advance` of DIR (a run dir, which an array's entrypoint passes, means this task's
     shard, by SLURM_ARRAY_TASK_ID), with the digests given or else the attempt record's."""
-    from dd_slurm.shards import select_shard
+    from dd_slurm.store.run_shards import select_shard
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory = checked_dir(str(select_shard(attempt_dir, os.environ)))
@@ -115,7 +115,7 @@ def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: O
 
 
 def _observe(job_id: str, commands: SlurmCommands, clock: Clock):
-    from dd_slurm.control import query  # only when a lock holder on another machine must be checked
+    from dd_slurm.scheduler.query import query  # only when a lock holder on another machine must be checked
 
     return next(iter(query([job_id], commands, clock)), None)
 

@@ -25,10 +25,10 @@ from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps
 from dd_slurm.scheduler.render import interpreter
-from dd_slurm.shards import shard_of
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.attempt_record import read_record
+from dd_slurm.store.run_shards import shard_of
 
 if TYPE_CHECKING:
     from dd_slurm.runtime.budget import JobFacts

@@ -120,7 +120,7 @@ def test_a_failed_preflight_withdraws_the_held_steps_and_no_server_ever_starts(t
     """The preflight exits 1: the attempt fails `preflight_failed`; the deployment steps launched held
     beside it end by end of input (exit 0, before cleanup had to stop them), no launcher wrote its
     record, the timeline shows no load, and nothing is left."""
-    from dd_slurm.timeline import load
+    from dd_slurm.store.timeline import load
 
     data = plan_data("two-deployments")
     data["client"]["preflight_argv"] += ["--exit-code", "1"]

@@ -77,7 +77,7 @@ def test_a_killed_node_ends_its_job_as_node_fail(tmp_path, job_prefix, real_comm
     """slurmd on n3 killed under a running job: once the controller declares the node dead, the
     job is observed as node_fail (terminal); the node is brought back afterwards."""
     from dd_slurm.clock import Clock
-    from dd_slurm.control import query
+    from dd_slurm.scheduler.query import query
     from tests.slurm.conftest import write_script
 
     script = write_script(tmp_path, "nf", "sleep 600", f"--job-name={job_prefix}nf", "--nodelist=n3",

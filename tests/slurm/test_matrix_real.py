@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dd_slurm.report import disagreement
+from dd_slurm.control.report import disagreement
 from tests.faults.matrix import CELLS, Cell, check_cell_aftermath
 from tests.runtime.harness import no_leftovers, plan_data
 from tests.slurm.real_attempt import EXE, submit, wait_job_gone, wait_state

@@ -13,7 +13,7 @@ from tests.slurm.conftest import wait_until, write_script
 
 
 def _obs(commands, job_id):
-    from dd_slurm.control import query
+    from dd_slurm.scheduler.query import query
 
     return query([job_id], commands, Clock())
 

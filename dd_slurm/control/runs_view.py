@@ -7,17 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+from dd_slurm.control.workspace import effective, observe_entries, read_entry, reread_ended
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import sync_filesystem
 from dd_slurm.store.attempt_record import update_record
-from dd_slurm.workspace import effective, observe_entries, read_entry, reread_ended
 
 
 def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
     """`status <run dir>`: every shard's status view, all observed in one round."""
-    from dd_slurm.shards import shard_dirs
     from dd_slurm.store.run_record import read_run
+    from dd_slurm.store.run_shards import shard_dirs
     from dd_slurm.store.view import read_json
 
     record = read_run(run_dir)
@@ -59,8 +59,8 @@ def run_finished(view: dict[str, Any]) -> bool:
 def cancel_run(run_dir: Path, commands: Any, clock: Any) -> dict[str, Any]:
     """One `scancel <array job id>`: running shards are cancelled, pending ones never start. The
     request is recorded on the run and on every shard first."""
-    from dd_slurm.shards import shard_dirs
     from dd_slurm.store.run_record import read_run, update_run
+    from dd_slurm.store.run_shards import shard_dirs
 
     now, job_id = clock.wall(), read_run(run_dir).get("job_id")
     if not job_id:

@@ -1,84 +1,24 @@
-"""Control-plane operations behind the CLI: submit, status, query, cancel. Collaborators passed in."""
+"""`dd-slurm status` and `cancel` of an attempt: the record from disk, the scheduler's observation, the
+effective outcome. Collaborators passed in."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from dd_slurm.clock import Clock
-from dd_slurm.errors import AttemptDirError, InvalidInput, SchedulerError, SubmissionUnknown
+from dd_slurm.errors import AttemptDirError, SchedulerError
 from dd_slurm.store import attempt_files as files
-from dd_slurm.store.attempt_record import JOB_ID, add_observation, read_record, settled, update_record
+from dd_slurm.store.attempt_record import add_observation, read_record, settled, update_record
 from dd_slurm.store.view import attempt_summary, read_readiness
 
 if TYPE_CHECKING:  # imported when needed: a finished attempt's status calls no tool, parses nothing
-    from dd_slurm.scheduler.commands import QueryResult, SlurmCommands
-    from dd_slurm.scheduler.observe import LagClock, Observation
+    from dd_slurm.scheduler.commands import SlurmCommands
 
 # The scheduler's terminal states, as the attempt's outcome when its supervisor is gone
 SCHEDULER_OUTCOME = {"cancelled": "cancelled", "timeout": "timed_out", "deadline": "timed_out",
                      "preempted": "cancelled"}
-
-
-def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock,
-           environ: Mapping[str, str]) -> dict[str, Any]:
-    from dd_slurm.bundle.stage import stage
-    from dd_slurm.plan.io import load_plan
-    from dd_slurm.scheduler.render import forwarded_names
-
-    plan = load_plan(plan_path)
-    missing = [name for name in forwarded_names(plan) if name not in environ]
-    if missing:
-        raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
-    if plan.job.array is not None:
-        from dd_slurm.shards import submit_run
-
-        return submit_run(plan, workspace, commands, clock, {n: environ[n] for n in forwarded_names(plan)})
-    staged = stage(plan, workspace, clock, commands.bin_dir)
-    started = clock.wall()
-    try:
-        done = commands.submit(staged.script, staged.job_name, {n: environ[n] for n in forwarded_names(plan)},
-                               since=started)
-    except Exception as err:
-        _after_failed_submit(staged.attempt_dir, err)
-        raise
-    with update_record(staged.attempt_dir) as record:
-        record.update(done.record_fields(started))
-    return done.answer(str(staged.attempt_dir))
-
-
-def _after_failed_submit(attempt_dir: Path, err: BaseException) -> None:
-    """Nothing was submitted (sbatch refused, or the name lookup proved no job exists): the staged
-    attempt is removed. When that is unknown, it is kept, the error recorded and its dir named."""
-    if not isinstance(err, SubmissionUnknown) and isinstance(err, (SchedulerError, InvalidInput)):
-        import shutil
-
-        shutil.rmtree(attempt_dir, ignore_errors=True)
-        err.args = (f"{err}; the staged attempt {attempt_dir.name} was removed",)
-        return
-    try:
-        with update_record(attempt_dir) as record:
-            record["submit_error"] = str(err)
-    except (OSError, AttemptDirError):
-        pass
-    err.args = (f"{err}; the staged attempt is kept at {attempt_dir}",)
-
-
-def observations(result: QueryResult, job_ids: list[str], lag: LagClock) -> list[Observation]:
-    from dd_slurm.scheduler.observe import index_rows, observe
-
-    sacct = index_rows(result.sacct) if result.sacct is not None else None
-    return observe(job_ids, index_rows(result.squeue), sacct, lag, result.sacct_error)
-
-
-def query(job_ids: list[str], commands: SlurmCommands, clock: Clock) -> list[Observation]:
-    from dd_slurm.scheduler.observe import LagClock
-
-    bad = [j for j in job_ids if not JOB_ID.match(j)]
-    if bad:
-        raise InvalidInput(f"job id {bad[0][:40]!r}: expected digits, or digits_digits for an array task")
-    return observations(commands.query(job_ids), job_ids, LagClock(clock.wall(), None))
 
 
 def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
@@ -119,6 +59,7 @@ def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, cl
     if final is not None:
         return final
     from dd_slurm.scheduler.observe import LagClock
+    from dd_slurm.scheduler.query import observations
 
     now = clock.wall()
     seen = record.get("last_seen") or record.get("submitted_at") or now
@@ -164,6 +105,7 @@ def _ended(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Cloc
     final = settled(record)
     if final is None:
         from dd_slurm.scheduler.observe import LagClock
+        from dd_slurm.scheduler.query import observations
 
         now = clock.wall()
         lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0),

@@ -18,14 +18,15 @@ from typing import Any, Optional
 import attrs
 
 from dd_slurm.clock import Clock
-from dd_slurm.errors import AttemptDirError, InvalidInput
+from dd_slurm.errors import InvalidInput
 from dd_slurm.plan.io import canonical_json, plan_digest
 from dd_slurm.plan.records import Array, Plan
 from dd_slurm.scheduler.render import ScriptContext, render_script
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import sync_filesystem, write_atomic
-from dd_slurm.store.attempt_record import new_record, read_record
-from dd_slurm.store.run_record import RUNS_DIR, is_run_dir, new_run, read_run, shard_id, shard_width, update_run
+from dd_slurm.store.attempt_record import new_record
+from dd_slurm.store.run_record import RUNS_DIR, new_run, shard_id, shard_width, update_run
+from dd_slurm.store.run_shards import shard_dirs
 
 
 @attrs.frozen
@@ -180,48 +181,3 @@ def submit_staged_run(run_dir: str, workspace: str, commands: Any, clock: Clock,
     if missing:
         raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
     return submit_run_dir(directory, commands, clock, {n: environ[n] for n in names})
-
-
-def shard_dirs(run_dir: Path) -> list[Path]:
-    """The run's shard attempt dirs, in task order (from the validated run record)."""
-    record = read_run(run_dir)
-    attempts = Path(run_dir).resolve().parent.parent / "attempts"
-    return [attempts / name for name in record["shards"]]
-
-
-def select_shard(path: str | Path, environ: Mapping[str, str]) -> Path:
-    """`dd-slurm run <run dir>` inside array task i: shard i of the run. Any other path is itself."""
-    if not is_run_dir(Path(path)):
-        return Path(path)
-    record = read_run(Path(path))
-    task = environ.get("SLURM_ARRAY_TASK_ID", "")
-    if not task.isdigit() or int(task) >= record["num_shards"]:
-        raise AttemptDirError(f"{path}: SLURM_ARRAY_TASK_ID={task!r} names no shard of this run "
-                              f"(0..{record['num_shards'] - 1})")
-    array_job = environ.get("SLURM_ARRAY_JOB_ID")
-    if record.get("job_id") and array_job and array_job != record["job_id"]:
-        raise AttemptDirError(f"{path}: this run is job {record['job_id']}, not SLURM_ARRAY_JOB_ID={array_job}")
-    shard = shard_dirs(Path(path))[int(task)]
-    if shard.is_symlink() or not shard.is_dir():
-        raise AttemptDirError(f"{shard}: shard {task} of {record['run_id']} is missing or not a directory")
-    shard_of(read_record(shard), environ, expected=(record["run_id"], int(task)))
-    return shard
-
-
-def shard_of(record: Mapping[str, Any], environ: Mapping[str, str],
-             expected: Optional[tuple[str, int]] = None) -> tuple[int, int]:
-    """(shard index, number of shards) of an attempt record, validated; (0, 1) for a plain attempt.
-    Inside an array task the index must be the task's own."""
-    shard = record.get("shard")
-    if shard is None:
-        return 0, 1
-    index, count = shard.get("index") if isinstance(shard, dict) else None, (shard or {}).get("count")
-    if type(index) is not int or type(count) is not int or not 0 <= index < count:
-        raise AttemptDirError(f"{files.RECORD}: shard {shard!r} is not an index below its count")
-    if expected and (shard.get("run_id"), index) != expected:
-        raise AttemptDirError(f"{files.RECORD}: shard {shard!r} is not shard {expected[1]} of run {expected[0]}")
-    task = environ.get("SLURM_ARRAY_TASK_ID")
-    if task is not None and task != str(index):
-        raise AttemptDirError(f"{files.RECORD}: shard {index}, but this is array task {task}")
-    return index, count
-

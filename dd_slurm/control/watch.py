@@ -86,7 +86,7 @@ def finished(view: dict[str, Any]) -> bool:
 
 
 def stop_notes(view: dict[str, Any]) -> list[str]:
-    from dd_slurm.report import disagreement
+    from dd_slurm.control.report import disagreement
 
     notes = ["not submitted: nothing to watch"] if view.get("scheduler") is None else []
     problem = disagreement(view["attempt"], view.get("scheduler"))

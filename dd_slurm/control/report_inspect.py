@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from dd_slurm.report import attempt_line, cleanup_lines, history_lines, readiness_lines
+from dd_slurm.control.report import attempt_line, cleanup_lines, history_lines, readiness_lines
 from dd_slurm.store import attempt_files as files
 
 _SEE_LOG = re.compile(rf"{files.LOGS_DIR}/([A-Za-z0-9._-]+?)\.(?:log|out)\b")
