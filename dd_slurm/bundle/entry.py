@@ -46,10 +46,11 @@ FORMAT = 2
 EXIT_UNVERIFIED = 4
 # What the short on-node commands (_step, _probe, _identity, _scan) import from the bundle: all they
 # verify, all they may import. The long-lived gateway (_gateway) verifies the whole bundle, as `run` does.
-NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.stepexec", "dd_slurm.runtime.leftover_scan",
-                "dd_slurm.runtime.listeners", "dd_slurm.plan", "dd_slurm.plan.fields", "dd_slurm.store",
-                "dd_slurm.store.atomic", "dd_slurm.store.attempt_files")
-NODE_PACKAGES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.plan", "dd_slurm.store")
+NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.node", "dd_slurm.runtime.node.stepexec",
+                "dd_slurm.runtime.node.procfs", "dd_slurm.runtime.node.leftover_scan", "dd_slurm.runtime.node.listeners",
+                "dd_slurm.plan", "dd_slurm.plan.fields", "dd_slurm.store", "dd_slurm.store.atomic",
+                "dd_slurm.store.attempt_files")
+NODE_PACKAGES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.node", "dd_slurm.plan", "dd_slurm.store")
 GATEWAY_COMMAND = "_gateway"
 _HEX = frozenset("0123456789abcdef")
 
@@ -265,7 +266,7 @@ def main(argv: list) -> int:
         return EXIT_UNVERIFIED
     if node_command:
         sys.meta_path.insert(0, OnlyVerified(here, NODE_MODULES, digests))
-        from dd_slurm.runtime.stepexec import main as node_main
+        from dd_slurm.runtime.node.stepexec import main as node_main
 
         return node_main(argv[1:], _DD_SLURM_EARLY_SIGNALS)
     sys.path.insert(0, os.path.join(here, "lib"))

@@ -17,12 +17,12 @@ from dd_slurm.runtime import gateway_step, verify
 from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import endpoint_map, publish
+from dd_slurm.runtime.node.stepexec import probe_answer, read_json
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import published_port
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.session import Session
-from dd_slurm.runtime.stepexec import probe_answer, read_json
 from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
 from dd_slurm.runtime.watching import Watching
 from dd_slurm.store import attempt_files as files

@@ -14,7 +14,7 @@ from typing import Optional
 import attrs
 
 from dd_slurm.clock import Clock
-from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.runtime.node.procfs import start_time
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
 

@@ -10,7 +10,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from dd_slurm.plan.placement import Placed
-from dd_slurm.runtime.listeners import check_listeners, node_addresses
+from dd_slurm.runtime.node.listeners import check_listeners, node_addresses
 from dd_slurm.runtime.probes import ProvenPort, probe_proven, served_models
 from dd_slurm.runtime.replicas import identity_request
 from dd_slurm.runtime.steps import StepSpec

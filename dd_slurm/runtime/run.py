@@ -15,9 +15,9 @@ from dd_slurm.machine.attempt import Attempt
 from dd_slurm.machine.journal import Journal
 from dd_slurm.runtime.actions import RuntimeActions
 from dd_slurm.runtime.budget import JobFacts
+from dd_slurm.runtime.node.procfs import start_time
 from dd_slurm.runtime.session import Session
 from dd_slurm.runtime.signals import SignalGate
-from dd_slurm.runtime.stepexec import start_time
 from dd_slurm.runtime.supervision import Holder, SupervisionRefused, SupervisorLock, job_live_via
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store import attempt_files as files

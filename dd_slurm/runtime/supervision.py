@@ -23,7 +23,7 @@ from typing import Optional, Protocol
 import attrs
 
 from dd_slurm.errors import InvalidInput
-from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.runtime.node.procfs import start_time
 from dd_slurm.store import attempt_files as files
 
 TAKEOVER_STALE_S = 30.0

@@ -103,7 +103,7 @@ def test_a_step_refuses_a_tampered_bundle(tmp_path) -> None:
 
     staged = stage_plan(tmp_path, plan_data("single-node"))
     marker = tmp_path / "marker"
-    _prepend(staged.bundle_dir / "lib" / "dd_slurm" / "runtime" / "leftover_scan.py", PAYLOAD.format(marker=str(marker)))
+    _prepend(staged.bundle_dir / "lib" / "dd_slurm" / "runtime" / "node" / "leftover_scan.py", PAYLOAD.format(marker=str(marker)))
     argv = [*interpreter("/usr/bin/python3", entry_sha256(), staged.bundle_digest), str(staged.bundle_dir / "entry.py"),
             "_scan", staged.attempt_id]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)

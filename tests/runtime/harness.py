@@ -14,7 +14,7 @@ from typing import Optional
 from dd_slurm.bundle.stage import stage
 from dd_slurm.clock import Clock
 from dd_slurm.plan.io import parse_plan
-from dd_slurm.runtime.leftover_scan import leftovers
+from dd_slurm.runtime.node.leftover_scan import leftovers
 from dd_slurm.runtime.run import run_attempt
 from tests.conftest import PLANS
 

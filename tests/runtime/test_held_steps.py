@@ -14,7 +14,7 @@ import pytest
 
 from dd_slurm.bundle.manifest import entry_sha256
 from dd_slurm.bundle.stage import ensure_bundle
-from dd_slurm.runtime.stepexec import RELEASE
+from dd_slurm.runtime.node.stepexec import RELEASE
 from dd_slurm.scheduler.render import interpreter
 from tests.runtime.test_signals_startup import caught
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dd_slurm.runtime.listeners import check_listener, check_listeners, reachable
-from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.runtime.node.listeners import check_listener, check_listeners, reachable
+from dd_slurm.runtime.node.procfs import start_time
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -220,7 +220,7 @@ def test_a_real_foreign_listener_on_ipv6_loopback_is_counted_when_the_node_resol
 def test_the_node_address_lookup_gives_every_address_and_none_for_an_unknown_name() -> None:
     """node_addresses lists what the resolver gives (a literal IPv6 or IPv4 address itself) and
     nothing for a name that does not resolve; with no address, every listener on the port counts."""
-    from dd_slurm.runtime.listeners import node_addresses, reachable_from_any
+    from dd_slurm.runtime.node.listeners import node_addresses, reachable_from_any
 
     assert (["::1"], ["127.0.2.1"], []) == (node_addresses("::1"), node_addresses("127.0.2.1"),
                                            node_addresses("no-such-node.invalid"))
@@ -229,7 +229,7 @@ def test_the_node_address_lookup_gives_every_address_and_none_for_an_unknown_nam
 
 def test_the_fake_tables_hold_addresses_as_the_kernel_writes_them() -> None:
     """Sanity for this module's fake: the hex form it writes reads back as the address."""
-    from dd_slurm.runtime.listeners import parse_hex_address
+    from dd_slurm.runtime.node.listeners import parse_hex_address
 
     assert [ipaddress.ip_address(a) for a in ("10.0.0.5", "fd00::5")] == \
         [parse_hex_address(hex_address(a)) for a in ("10.0.0.5", "fd00::5")]

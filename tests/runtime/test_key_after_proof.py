@@ -17,7 +17,7 @@ from dd_slurm.clock import FakeClock
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan.placement import Placed
 from dd_slurm.runtime.actions import RuntimeActions
-from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.runtime.node.procfs import start_time
 from dd_slurm.runtime.steps import StepSpec
 from dd_slurm.store.readiness import Readiness
 

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from dd_slurm.runtime.listeners import check_listener, parse_hex_address, reachable
+from dd_slurm.runtime.node.listeners import check_listener, parse_hex_address, reachable
+from dd_slurm.runtime.node.procfs import start_time
+from dd_slurm.runtime.node.stepexec import choose_port, launch_plan
 from dd_slurm.runtime.replicas import identity_request, published_port
-from dd_slurm.runtime.stepexec import choose_port, launch_plan, start_time
 from dd_slurm.runtime.steps import StepSpec
 
 LISTEN = (

@@ -17,10 +17,10 @@ from dd_slurm.plan.io import parse_plan
 from dd_slurm.plan.placement import place_replicas
 from dd_slurm.plan.records import Result
 from dd_slurm.runtime.hostlist import expand_hostlist
+from dd_slurm.runtime.node.stepexec import step_environment
 from dd_slurm.runtime.parquet_rows import parquet_num_rows
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.signals import SignalGate
-from dd_slurm.runtime.stepexec import step_environment
 from dd_slurm.runtime.steps import Layout, replica_steps, srun_argv
 from dd_slurm.store.readiness import Readiness, ReadinessError, is_terminal, validate_record
 from tests.conftest import FIXTURES, PLANS

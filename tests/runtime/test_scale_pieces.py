@@ -16,10 +16,10 @@ import pytest
 from dd_slurm.clock import Clock
 from dd_slurm.errors import InvalidInput
 from dd_slurm.plan.placement import Placed
-from dd_slurm.runtime.listeners import check_listener, check_listeners
+from dd_slurm.runtime.node.listeners import check_listener, check_listeners
+from dd_slurm.runtime.node.stepexec import which
 from dd_slurm.runtime.processes import ProcessTable
 from dd_slurm.runtime.replica_checks import identity_problem
-from dd_slurm.runtime.stepexec import which
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store.readiness import Readiness
 

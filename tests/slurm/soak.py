@@ -19,8 +19,8 @@ from typing import Optional
 import attrs
 
 from dd_slurm.machine.journal import current_state, read_journal
-from dd_slurm.runtime.leftover_scan import leftovers
-from dd_slurm.runtime.stepexec import start_time
+from dd_slurm.runtime.node.leftover_scan import leftovers
+from dd_slurm.runtime.node.procfs import start_time
 from dd_slurm.store.readiness import validate_record
 from tests.runtime.harness import plan_data
 from tests.slurm.real_attempt import CLUSTER, EXE, submit, wait_job_gone

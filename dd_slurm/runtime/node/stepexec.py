@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Mapping
 
+from dd_slurm.runtime.node.procfs import node_name, start_time
 from dd_slurm.store import attempt_files as files  # standard library only, like this module
 from dd_slurm.store.atomic import write_json_atomic
 
@@ -17,16 +18,6 @@ from dd_slurm.store.atomic import write_json_atomic
 
 EXIT_NOT_FOUND = 127
 EXIT_GPU_SHAPE = 86
-
-
-def start_time(pid: int | str) -> int | None:
-    """Clock ticks since boot at which `pid` started (field 22 of /proc/PID/stat); None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def read_json(path: str) -> dict:
@@ -67,12 +58,6 @@ def become_subreaper() -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-def node_name() -> str:
-    import _socket
-
-    return os.environ.get("SLURMD_NODENAME") or _socket.gethostname().split(".")[0]
 
 
 def step_environment(spec: dict, slurm_env: dict[str, str]) -> tuple[dict[str, str], str | None]:
@@ -240,7 +225,7 @@ def identity(request_path: str) -> int:
     """Whether each listener the request names for this node (by replica: port, pid, start time,
     process group) belongs to its step's process tree, on every address the node's name resolves
     to here or where the supervisor connects from (the request's); one answer line for the node."""
-    from dd_slurm.runtime.listeners import check_listeners, node_addresses  # standard library only
+    from dd_slurm.runtime.node.listeners import check_listeners, node_addresses  # standard library only
 
     request = read_json(request_path)
     node = node_name()
@@ -259,7 +244,7 @@ def main(argv: list[str], recorded: list[int] | None = None) -> int:
     if command == "_identity":
         return identity(rest[0])
     if command == "_scan":
-        from dd_slurm.runtime.leftover_scan import scan_command
+        from dd_slurm.runtime.node.leftover_scan import scan_command
 
         return scan_command(rest)
     print(f"unknown node command {command}", file=sys.stderr)

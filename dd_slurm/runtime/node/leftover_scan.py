@@ -17,7 +17,7 @@ import os
 import signal
 from pathlib import Path
 
-from dd_slurm.runtime.stepexec import node_name, start_time
+from dd_slurm.runtime.node.procfs import ancestors, descendants, node_name, process_table, start_time
 from dd_slurm.store import attempt_files as files  # standard library only, like this module
 from dd_slurm.store.atomic import write_json_atomic
 
@@ -27,24 +27,7 @@ SKIP_ROLES = {"supervisor", "scan"}
 def leftovers(attempt_id: str) -> list[dict]:
     """Processes on this node whose environment carries this attempt's id (not scans, not the
     supervisor, not this process)."""
-    return [p for p in _environment_matches(attempt_id, _proc_table())]
-
-
-def _proc_table() -> dict[int, dict]:
-    """pid -> ppid, pgid, sid, start time and command name, from one pass over /proc."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        head, _, rest = stat.rpartition(")")
-        fields = rest.split()
-        table[int(entry.name)] = {"ppid": int(fields[1]), "pgid": int(fields[2]), "sid": int(fields[3]),
-                                  "start_time": int(fields[19]), "comm": head.partition("(")[2]}
-    return table
+    return [p for p in _environment_matches(attempt_id, process_table())]
 
 
 def _cmdline(pid: int) -> str:
@@ -74,19 +57,6 @@ def _environment_matches(attempt_id: str, table: dict[int, dict]) -> list[dict]:
     return found
 
 
-def _descendants(roots: set[int], table: dict[int, dict]) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, info in table.items():
-        children.setdefault(info["ppid"], []).append(pid)
-    seen, todo = set(), list(roots)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in seen:
-                seen.add(child)
-                todo.append(child)
-    return seen
-
-
 def _my_steps(attempt_dir: str, node: str) -> list[dict]:
     """What the on-node launcher recorded for this node's steps (validated: read back from disk)."""
     found = []
@@ -104,9 +74,9 @@ def _my_steps(attempt_dir: str, node: str) -> list[dict]:
 def record_trees(attempt_dir: str) -> dict:
     """Before cleanup stops anything: this node's live step processes, their descendants (orphans
     stay in the tree: the launcher made each step a child subreaper) and their sessions."""
-    node, table = node_name(), _proc_table()
+    node, table = node_name(), process_table()
     live = [s for s in _my_steps(attempt_dir, node) if table.get(s["pid"], {}).get("start_time") == s["start_time"]]
-    members = _descendants({s["pid"] for s in live}, table) | {s["pid"] for s in live}
+    members = descendants({s["pid"] for s in live}, table) | {s["pid"] for s in live}
     sessions = [{"sid": table[s["pid"]]["sid"], "pgid": table[s["pid"]]["pgid"], "since": s["start_time"]} for s in live]
     record = {"node": node, "tree": [{"pid": p, "start_time": table[p]["start_time"]} for p in sorted(members)],
               "sessions": sessions}
@@ -151,7 +121,7 @@ def _cgroup_members(table: dict[int, dict]) -> tuple[set[int], str]:
 def scan_node(attempt_id: str, kill: bool, attempt_dir: str = "") -> dict:
     """This node's leftovers, found by every method available here, SIGKILLed when asked (only if
     still the same process, by start time)."""
-    table, node = _proc_table(), node_name()
+    table, node = process_table(), node_name()
     found = {p["pid"]: {**p, "seen_by": ["environment"]} for p in _environment_matches(attempt_id, table)}
     methods = {"environment": "ran"}
     if attempt_dir:
@@ -176,7 +146,7 @@ def _by_tree_and_session(attempt_dir: str, node: str, table: dict[int, dict], fo
     steps = [s for s in _my_steps(attempt_dir, node) if table.get(s["pid"], {}).get("start_time") == s["start_time"]]
     tree = {pid for pid, since in recorded.get("tree", []) if table.get(pid, {}).get("start_time") == since}
     tree |= {s["pid"] for s in steps}
-    tree |= _descendants(tree, table)
+    tree |= descendants(tree, table)
     for pid in tree:
         _note(found, pid, table, "process_tree")
     methods["process_tree"] = "ran" if recorded else "ran (live steps only: no tree was recorded before the stop)"
@@ -199,10 +169,7 @@ def _note(found: dict, pid: int, table: dict[int, dict], method: str) -> None:
 
 def _drop_not_ours(found: dict, table: dict[int, dict]) -> None:
     """Never this scan, its ancestors (srun, slurmstepd), Slurm's daemons, or the supervisor."""
-    mine, pid = set(), os.getpid()
-    while pid in table and pid not in mine:
-        mine.add(pid)
-        pid = table[pid]["ppid"]
+    mine = ancestors(os.getpid(), table)
     for pid in list(found):
         info = table.get(pid)
         if pid in mine or info is None or info["comm"].startswith("slurm") or pid == 1:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Optional, Union
 
+from dd_slurm.runtime.node.procfs import Row, descendants, process_table
+
 LISTEN = "0A"
 PROC = Path("/proc")
 SCANS = 3  # whole scans before "not ours" stands
@@ -124,40 +126,18 @@ def socket_owners(inodes: set[int], proc: Path = PROC, listdir: Listdir = os.lis
     return owners
 
 
-def process_table(proc: Path = PROC) -> dict[int, tuple[int, int, int]]:
-    """pid -> (parent pid, process group, start time in clock ticks)."""
-    table = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[19]))
-        except (OSError, IndexError, ValueError):
-            continue
-    return table
-
-
 def tree(root: int, root_start: Optional[int], pgid: Optional[int], proc: Path = PROC,
-         table: Optional[dict[int, tuple[int, int, int]]] = None) -> set[int]:
+         table: Optional[dict[int, Row]] = None) -> set[int]:
     """The root (if it is still the process that was launched), its group, and its descendants.
     `table`: a process_table() already read (checks of several ports share one)."""
     table = process_table(proc) if table is None else table
-    if root not in table or (root_start is not None and table[root][2] != root_start):
+    if root not in table or (root_start is not None and table[root]["start_time"] != root_start):
         return set()
-    members = {root} | ({pid for pid, row in table.items() if row[1] == pgid} if pgid else set())
-    for pid in table:
-        seen, current = set(), pid
-        while current in table and current not in seen and current > 1:
-            if current in members:
-                members.add(pid)
-                break
-            seen.add(current)
-            current = table[current][0]
-    return members
+    members = {root} | ({pid for pid, row in table.items() if row["pgid"] == pgid} if pgid else set())
+    return members | descendants({pid for pid in members if pid > 1}, table)  # init's children are not the step's
 
 
-def live_owners(owners: dict[int, list[int]], table: dict[int, tuple[int, int, int]],
+def live_owners(owners: dict[int, list[int]], table: dict[int, Row],
                 proc: Path = PROC) -> dict[int, list[int]]:
     """The owners without those that exited between the fd scan and the process table (they hold
     nothing now); one still there whose stat could not be read stays, and is not ours."""
