@@ -4,31 +4,23 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from typing import Any, NoReturn, cast
 
 import click
 
-from dd_slurm.control.report import printable
+from dd_slurm.cli_output import emit, fail, json_option
+from dd_slurm.cli_runtime import advance, run
 from dd_slurm.errors import EXIT_INVALID, DdSlurmError
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def emit(value: Any, as_json: bool, text: Callable[[Any], str]) -> None:
-    click.echo(json.dumps(value, indent=1, sort_keys=True) if as_json else printable(text(value)))
-
-
-def fail(message: str, code: int) -> NoReturn:
-    one_line = " / ".join(part for part in str(message).splitlines() if part.strip()) or "failed"
-    click.echo(f"error: {printable(one_line)}", err=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dd-slurm")
 def cli() -> None:
     """Run Data Designer generation against model servers on a Slurm allocation."""
+
+
+cli.add_command(run)  # the allocation-local commands (cli_runtime.py)
+cli.add_command(advance)
 
 
 @cli.command()
@@ -385,5 +377,3 @@ def fail_for(error: BaseException) -> NoReturn:
     except Exception as err:
         fail(f"internal error ({type(err).__name__}: {err}); please report it", 1)
 
-
-from dd_slurm import cli_runtime  # noqa: E402,F401 - registers `run` and `advance` on the group

@@ -1,4 +1,4 @@
-"""The allocation-local commands, `run` and `advance`, registered on the CLI group: the
+"""The allocation-local commands, `run` and `advance` (cli.py adds them to the group): the
 supervisor's way in (the bundle's entry.py calls `run`). Lazy imports, like the rest of the CLI."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from dd_slurm.cli import cli, emit, json_option
+from dd_slurm.cli_output import emit, json_option
 from dd_slurm.machine.table import UNTIL_STATES
 
 digest_options = [
@@ -22,7 +22,7 @@ def _with_digests(func):
     return func
 
 
-@cli.command()
+@click.command()
 @click.argument("attempt_dir", type=click.Path())
 @_with_digests
 @json_option
@@ -38,7 +38,7 @@ def run(attempt_dir: str, bundle_digest: str | None, plan_digest: str | None, as
     sys.exit(code)
 
 
-@cli.command()
+@click.command()
 @click.argument("attempt_dir", type=click.Path())
 @click.option("--until", "until", type=click.Choice(
     list(UNTIL_STATES)),
