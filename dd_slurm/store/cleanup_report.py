@@ -18,10 +18,9 @@ from typing import Any, Optional
 import attrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from dd_slurm.errors import AttemptDirError
 from dd_slurm.fields import FieldError
-from dd_slurm.plan_converter import CONVERTER, first_error
 from dd_slurm.store.atomic import write_json_atomic
+from dd_slurm.store.converter import CONVERTER, read_record_file
 
 
 @attrs.frozen(kw_only=True)
@@ -130,16 +129,7 @@ def write_report(path: Path, report: CleanupReport) -> None:
 def read_report(path: Path) -> Optional[CleanupReport]:
     """cleanup.json as cleanup (or entry.py's refusal) writes it, None when there is none; anything
     else is an AttemptDirError naming the file and the first field that is wrong."""
-    from dd_slurm.store.view import read_json
-
-    data = read_json(path)
-    if data is None:
-        return None
-    try:
-        return CONVERTER.structure(data, CleanupReport)
-    except Exception as err:
-        field, reason = first_error(err, "")
-        raise AttemptDirError(f"{path}: not a cleanup report ({field.lstrip('.') or 'the report'}: {reason})") from None
+    return read_record_file(path, CleanupReport, "a cleanup report")
 
 
 @attrs.define(kw_only=True)

@@ -51,6 +51,14 @@ def read_cleanup(path: Path) -> Optional[dict[str, Any]]:
     return report_json(report) if report is not None else None
 
 
+def read_endpoints_json(path: Path) -> Optional[dict[str, Any]]:
+    """endpoints.json read back as its typed record (validated: see store/endpoints), in its JSON form."""
+    from dd_slurm.store.endpoints import endpoints_json, read_endpoints
+
+    endpoints = read_endpoints(path)
+    return endpoints_json(endpoints) if endpoints is not None else None
+
+
 def read_readiness(path: Path) -> Optional[dict[str, Any]]:
     from dd_slurm.store.readiness import validate_record
 
@@ -109,7 +117,7 @@ def inspect_attempt(directory: Path) -> dict[str, Any]:
         "scheduler": last,
         "history": entries,
         "readiness": read_readiness(directory / files.READINESS),
-        "endpoints": read_json(directory / files.ENDPOINTS),
+        "endpoints": read_endpoints_json(directory / files.ENDPOINTS),
         "processes": read_json(directory / files.PROCESSES, (dict, list)),
         "cleanup": read_cleanup(directory / files.CLEANUP),
         "result": read_json(directory / files.RESULT_MANIFEST),

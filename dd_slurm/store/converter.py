@@ -1,0 +1,62 @@
+"""Persisted records through the project's one strict converter: structure with field paths,
+read a record file, and the hooks the records' shapes need (mappings keyed by name)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional, TypeVar
+
+from dd_slurm.errors import AttemptDirError
+from dd_slurm.fields import FieldError
+from dd_slurm.plan_converter import CONVERTER, _Nested, first_error
+
+__all__ = ("CONVERTER", "choice", "mapping_of", "read_record_file", "structure_record")
+
+R = TypeVar("R")
+
+
+def structure_record(data: Any, kind: type[R], where: str, what: str) -> R:
+    """`data` as a `kind`; anything else is an AttemptDirError naming `where` and the first wrong field."""
+    if not isinstance(data, dict):
+        raise AttemptDirError(f"{where}: not {what} (a JSON object was expected)")
+    try:
+        return CONVERTER.structure(data, kind)
+    except Exception as err:
+        field, reason = first_error(err, "")
+        raise AttemptDirError(f"{where}: not {what} ({field.lstrip('.') or 'the record'}: {reason})") from None
+
+
+def read_record_file(path: Path, kind: type[R], what: str) -> Optional[R]:
+    """The record in `path`, None when there is none; unreadable or invalid content is an
+    AttemptDirError naming the file (and the field)."""
+    from dd_slurm.store.view import read_json
+
+    data = read_json(path)
+    return None if data is None else structure_record(data, kind, str(path), what)
+
+
+def mapping_of(item: Any) -> Callable[[Any, Any], dict[str, Any]]:
+    """A struct hook for `Mapping[str, item]`: every value structured, errors at `.key`."""
+    def structure(value: Any, _type: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise FieldError("must be an object")
+        out = {}
+        for key, entry in value.items():
+            try:
+                out[key] = CONVERTER.structure(entry, item)
+            except Exception as err:
+                raise _Nested(f".{key}", err) from None
+        return out
+
+    return structure
+
+
+def choice(*allowed: Any) -> Callable[[Any, Any], Any]:
+    """A struct hook accepting exactly one of `allowed` (a schema number, a state word)."""
+    def structure(value: Any, _type: Any) -> Any:
+        if type(value) not in {type(a) for a in allowed} or value not in allowed:
+            raise FieldError(f"must be {' or '.join(repr(a) for a in allowed)}")
+        return value
+
+    return structure
