@@ -20,7 +20,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from dd_slurm.fields import FieldError
 from dd_slurm.store.atomic import write_json_atomic
-from dd_slurm.store.converter import CONVERTER, read_record_file
+from dd_slurm.store.converter import CONVERTER, free_text, read_record_file
 
 
 @attrs.frozen(kw_only=True)
@@ -81,12 +81,6 @@ class CleanupReport:
     seconds: Optional[float] = None
 
 
-def _text(value: Any, _type: Any = str) -> str:
-    if type(value) is not str:
-        raise FieldError("must be a string")
-    return value
-
-
 def _texts(value: Any, _type: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise FieldError("must be a list")
@@ -110,7 +104,7 @@ CONVERTER.register_structure_hook(CleanupReport, make_dict_structure_fn(
     CleanupReport, CONVERTER, problems=override(struct_hook=_texts), notes=override(struct_hook=_texts),
     methods=override(struct_hook=_methods)))
 CONVERTER.register_structure_hook(Leftover, make_dict_structure_fn(
-    Leftover, CONVERTER, role=override(struct_hook=_text), cmdline=override(struct_hook=_text)))
+    Leftover, CONVERTER, role=override(struct_hook=free_text), cmdline=override(struct_hook=free_text)))
 CONVERTER.register_unstructure_hook(CleanupReport, make_dict_unstructure_fn(  # absent rather than null or empty
     CleanupReport, CONVERTER, budget_s=override(omit_if_default=True), budget_basis=override(omit_if_default=True),
     notes=override(omit_if_default=True), seconds=override(omit_if_default=True)))

@@ -7,11 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
+from cattrs.gen import make_dict_structure_fn, override
+
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.fields import FieldError
 from dd_slurm.plan_converter import CONVERTER, _Nested, first_error
 
-__all__ = ("CONVERTER", "choice", "mapping_of", "read_record_file", "structure_record")
+__all__ = ("CONVERTER", "choice", "free_text", "json_object", "mapping_of", "read_record_file", "register_record",
+           "structure_record")
 
 R = TypeVar("R")
 
@@ -34,6 +37,20 @@ def read_record_file(path: Path, kind: type[R], what: str) -> Optional[R]:
 
     data = read_json(path)
     return None if data is None else structure_record(data, kind, str(path), what)
+
+
+def register_record(kind: type, **hooks: Callable[[Any, Any], Any]) -> None:
+    """Structure `kind` from a JSON object only (anything else: "must be an object"), its fields
+    named in `hooks` by those struct hooks."""
+    overrides: dict[str, Any] = {name: override(struct_hook=hook) for name, hook in hooks.items()}
+    fields: Callable[[Any, Any], Any] = make_dict_structure_fn(kind, CONVERTER, **overrides)
+
+    def structure(value: Any, _type: Any) -> Any:
+        if not isinstance(value, dict):
+            raise FieldError("must be an object")
+        return fields(value, kind)
+
+    CONVERTER.register_structure_hook(kind, structure)
 
 
 def mapping_of(item: Any) -> Callable[[Any, Any], dict[str, Any]]:
@@ -60,3 +77,17 @@ def choice(*allowed: Any) -> Callable[[Any, Any], Any]:
         return value
 
     return structure
+
+
+def free_text(value: Any, _type: Any = str) -> str:
+    """Any string: text that quotes what processes and Slurm said (control characters too)."""
+    if type(value) is not str:
+        raise FieldError("must be a string")
+    return value
+
+
+def json_object(value: Any, _type: Any = None) -> dict[str, Any]:
+    """Any JSON object, kept as it is (evidence such as a probe's answer)."""
+    if not isinstance(value, dict):
+        raise FieldError("must be an object")
+    return dict(value)

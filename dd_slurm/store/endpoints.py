@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import attrs
-from cattrs.gen import make_dict_structure_fn, override
 
 from dd_slurm.store.atomic import write_json_atomic
-from dd_slurm.store.converter import CONVERTER, choice, mapping_of, read_record_file
+from dd_slurm.store.converter import CONVERTER, choice, mapping_of, read_record_file, register_record
 
 SCHEMA = 2
 STATES = ("planned", "ready", "withdrawn")
@@ -44,9 +43,9 @@ class Endpoints:
     models: Mapping[str, ModelEndpoint]
 
 
-CONVERTER.register_structure_hook(Endpoints, make_dict_structure_fn(
-    Endpoints, CONVERTER, schema=override(struct_hook=choice(SCHEMA)), state=override(struct_hook=choice(*STATES)),
-    models=override(struct_hook=mapping_of(ModelEndpoint))))
+register_record(ReplicaEndpoint)
+register_record(ModelEndpoint)
+register_record(Endpoints, schema=choice(SCHEMA), state=choice(*STATES), models=mapping_of(ModelEndpoint))
 
 
 def endpoints_json(endpoints: Endpoints) -> dict[str, Any]:

@@ -60,16 +60,11 @@ def read_endpoints_json(path: Path) -> Optional[dict[str, Any]]:
 
 
 def read_readiness(path: Path) -> Optional[dict[str, Any]]:
-    from dd_slurm.store.readiness import validate_record
+    """readiness.json read back as its typed record (validated: see store/readiness), in its JSON form."""
+    from dd_slurm.store.readiness import read_record, readiness_json
 
-    record = read_json(path)
-    try:
-        problems = validate_record(record) if record is not None else []
-    except (AttributeError, TypeError, KeyError, ValueError):  # the validator expects the outer shape
-        problems = ["its fields have the wrong shape"]
-    if problems:
-        raise AttemptDirError(f"{path}: not a readiness record ({problems[0]})")
-    return record
+    record = read_record(path)
+    return readiness_json(record) if record is not None else None
 
 
 def checked_journal(path: Path) -> list[dict[str, Any]]:
