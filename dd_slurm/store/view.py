@@ -59,6 +59,14 @@ def read_endpoints_json(path: Path) -> Optional[dict[str, Any]]:
     return endpoints_json(endpoints) if endpoints is not None else None
 
 
+def read_gateway_stats_json(path: Path) -> Optional[dict[str, Any]]:
+    """gateway-stats.json read back as its typed record (validated: see store/gateway_stats), in its JSON form."""
+    from dd_slurm.store.gateway_stats import read_stats, stats_json
+
+    stats = read_stats(path)
+    return stats_json(stats) if stats is not None else None
+
+
 def read_readiness(path: Path) -> Optional[dict[str, Any]]:
     """readiness.json read back as its typed record (validated: see store/readiness), in its JSON form."""
     from dd_slurm.store.readiness import read_record, readiness_json
@@ -116,6 +124,6 @@ def inspect_attempt(directory: Path) -> dict[str, Any]:
         "processes": read_json(directory / files.PROCESSES, (dict, list)),
         "cleanup": read_cleanup(directory / files.CLEANUP),
         "result": read_json(directory / files.RESULT_MANIFEST),
-        "gateway": read_json(directory / files.GATEWAY_STATS),
+        "gateway": read_gateway_stats_json(directory / files.GATEWAY_STATS),
         "record": record,
     }
