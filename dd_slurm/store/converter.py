@@ -13,7 +13,7 @@ from dd_slurm.errors import AttemptDirError
 from dd_slurm.fields import FieldError
 from dd_slurm.plan_converter import CONVERTER, _Nested, first_error
 
-__all__ = ("CONVERTER", "choice", "free_text", "json_object", "mapping_of", "read_record_file", "register_record",
+__all__ = ("CONVERTER", "choice", "first_error", "free_text", "json_object", "mapping_of", "read_record_file", "register_record",
            "structure_record")
 
 R = TypeVar("R")
