@@ -13,21 +13,33 @@ from dd_slurm.errors import AttemptDirError
 from dd_slurm.fields import FieldError
 from dd_slurm.plan_converter import CONVERTER, _Nested, first_error
 
-__all__ = ("CONVERTER", "choice", "first_error", "free_text", "json_object", "mapping_of", "read_record_file", "register_record",
-           "structure_record")
+__all__ = ("CONVERTER", "RecordInvalid", "choice", "first_error", "free_text", "json_object", "mapping_of",
+           "read_record_file", "register_record", "structure_checked", "structure_record")
 
 R = TypeVar("R")
 
 
-def structure_record(data: Any, kind: type[R], where: str, what: str) -> R:
-    """`data` as a `kind`; anything else is an AttemptDirError naming `where` and the first wrong field."""
+class RecordInvalid(ValueError):
+    """A record's content is wrong; the message is `field: reason`."""
+
+
+def structure_checked(data: Any, kind: type[R]) -> R:
+    """`data` as a `kind`; RecordInvalid naming the first wrong field otherwise."""
     if not isinstance(data, dict):
-        raise AttemptDirError(f"{where}: not {what} (a JSON object was expected)")
+        raise RecordInvalid("a JSON object was expected")
     try:
         return CONVERTER.structure(data, kind)
     except Exception as err:
         field, reason = first_error(err, "")
-        raise AttemptDirError(f"{where}: not {what} ({field.lstrip('.') or 'the record'}: {reason})") from None
+        raise RecordInvalid(f"{field.lstrip('.') or 'the record'}: {reason}") from None
+
+
+def structure_record(data: Any, kind: type[R], where: str, what: str) -> R:
+    """`data` as a `kind`; anything else is an AttemptDirError naming `where` and the first wrong field."""
+    try:
+        return structure_checked(data, kind)
+    except RecordInvalid as err:
+        raise AttemptDirError(f"{where}: not {what} ({err})") from None
 
 
 def read_record_file(path: Path, kind: type[R], what: str) -> Optional[R]:
