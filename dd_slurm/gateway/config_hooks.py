@@ -20,7 +20,7 @@ from dd_slurm.gateway.config import (
     Listen,
     ReplicaTarget,
 )
-from dd_slurm.store.converter import CONVERTER, choice, first_error, mapping_of, register_record
+from dd_slurm.store.converter import CONVERTER, RecordInvalid, choice, mapping_of, register_record, structure_checked
 
 Hook = Callable[[Any, Any], Any]
 
@@ -99,10 +99,7 @@ register_record(ConfigFile, schema=choice(SCHEMA), aliases=aliases, state_path=t
 
 def structure_config(data: Any, kind: type[ConfigFile]) -> ConfigFile:
     """`data` as the config file's record; ConfigError naming the first wrong field otherwise."""
-    if not isinstance(data, dict):
-        raise ConfigError("must be an object")
     try:
-        return CONVERTER.structure(data, kind)
-    except Exception as err:
-        field, reason = first_error(err, "")
-        raise ConfigError(f"{field.lstrip('.')}: {reason}" if field else reason) from None
+        return structure_checked(data, kind)
+    except RecordInvalid as err:
+        raise ConfigError(str(err)) from None

@@ -7,9 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dd_slurm.errors import AttemptDirError
 from dd_slurm.store.readiness import MOVES, Readiness, ReadinessRecord, read_record, readiness_json
-from tests.store.records_table import invalid_cases
+from tests.store.records_table import invalid_cases, refusal
 
 names = st.text("abcdefghij-0123456789", min_size=1, max_size=12)
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
@@ -40,7 +39,4 @@ def test_every_write_reads_back_the_same(tmp_path_factory, entries, moves) -> No
 def test_invalid_content_names_the_file_and_field(tmp_path, content: str, expected: str) -> None:
     """Each refused content gives its one-line error: the file, then the field path."""
     path = tmp_path / "readiness.json"
-    path.write_text(content)
-    with pytest.raises(AttemptDirError) as caught:
-        read_record(path)
-    assert f"{path}: {expected}" == str(caught.value)
+    assert f"{path}: {expected}" == refusal(path, content, read_record)
