@@ -138,8 +138,8 @@ def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int]) -> t
                        {**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 15
     while not (tmp / f"{name}-state.json").exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the gateway never published its port")
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the gateway never published its port (exit code {proc.poll()})")
         time.sleep(0.05)
     return json.loads((tmp / f"{name}-state.json").read_text())["port"], proc.pid
 
