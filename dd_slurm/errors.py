@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
+from dd_slurm.reasons import outcome_of
+
 EXIT_OK = 0
 EXIT_INVALID = 2
 EXIT_SCHEDULER = 3
@@ -74,11 +78,12 @@ class MachineError(DdSlurmError):
 class AttemptFailure(DdSlurmError):
     """An action failed: the attempt goes to cleanup with this outcome and reason code."""
 
-    def __init__(self, reason: str, detail: str = "", outcome: str = "failed") -> None:
+    def __init__(self, reason: str, detail: str = "", outcome: Optional[str] = None) -> None:
+        """`reason` must be declared in dd_slurm/reasons.py; `outcome` defaults to its declared one."""
+        self.outcome = outcome_of(reason, outcome)
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
-        self.outcome = outcome
 
 
 class VerificationError(AttemptFailure):

@@ -90,10 +90,11 @@ def test_inspect_reads_the_journal(dd_slurm_exe, tmp_path) -> None:
     result = run(dd_slurm_exe + ["inspect", "--json", str(tmp_path)])
     view = json.loads(result.stdout)
     summary = view["attempt"]
-    assert ("done", "failed", "deployments_ready_failed") == (summary["state"], summary["outcome"], summary["reason"])
-    assert ["verified", "preflight", "deploying", "cleanup", "done"] == [e["to"] for e in view["history"]]
+    assert ("done", "failed", "internal_error") == (summary["state"], summary["outcome"], summary["reason"])
+    assert [("verified", None), ("preflight", None), ("deploying", None), ("cleanup", "deployments_ready"),
+            ("done", "deployments_ready")] == [(e["to"], e.get("detail")) for e in view["history"]]
     text = run(dd_slurm_exe + ["inspect", str(tmp_path)]).stdout
-    assert text.startswith(f"attempt {tmp_path.name}: done (failed, deployments_ready_failed)")
+    assert text.startswith(f"attempt {tmp_path.name}: done (failed, internal_error)")
 
 
 def test_inspect_of_a_missing_dir_is_one_line_exit_2(dd_slurm_exe, tmp_path) -> None:

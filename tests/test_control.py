@@ -84,7 +84,8 @@ def test_a_dead_supervisor_shows_as_supervisor_lost(fake_slurm, fake_commands, c
     assert {"outcome": "failed", "reason": "supervisor_lost", "from": "scheduler"} == view["effective"]
     (attempt / "readiness.json").write_text(json.dumps({
         "schema": 2, "attempt_id": attempt.name, "endpoints": "published",
-        "deployments": {"m": {"state": "ready", "expected": 1, "ready": ["http://h:1"], "nodes": ["h"],
+        "deployments": {"m": {"state": "ready", "deployment": "m", "replica": 0, "expected": 1,
+                              "ready": ["http://h:1"], "nodes": ["h"],
                               "base_url": "http://h:1", "deadline": None, "last_probe": None, "detail": None}}}))
     text = status_text(attempt_status.status(attempt, fake_commands, clock))
     assert "effective: failed (supervisor_lost" in text and "[stale: its supervisor is gone]" in text

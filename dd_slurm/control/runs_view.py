@@ -18,7 +18,7 @@ def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
     """`status <run dir>`: every shard's status view, all observed in one round."""
     from dd_slurm.store.run_record import read_run
     from dd_slurm.store.run_shards import shard_dirs
-    from dd_slurm.store.view import read_json
+    from dd_slurm.store.view import read_readiness
 
     record = read_run(run_dir)
     runs = {record["run_id"]: record}
@@ -31,7 +31,7 @@ def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
         shards.append({"shard": entry.shard["index"] if entry.shard else None,
                        "attempt": {"id": entry.id, "dir": str(entry.dir), "state": entry.state,
                                    "outcome": entry.outcome, "reason": entry.reason},
-                       "scheduler": obs, "readiness": read_json(entry.dir / files.READINESS),
+                       "scheduler": obs, "readiness": read_readiness(entry.dir / files.READINESS),
                        "effective": effective(entry, obs)})
     run = {k: record.get(k) for k in ("run_id", "job_id", "num_shards", "max_concurrent", "submitted_at")}
     return {"run": {**run, "dir": str(run_dir)}, "shards": shards}

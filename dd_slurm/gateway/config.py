@@ -6,9 +6,9 @@ The API key VALUE is never here: only the name of the environment variable that 
 from __future__ import annotations
 
 import json
-import math
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
 import attrs
@@ -87,19 +87,45 @@ def for_attempt(attempt_dir: str, models: dict[str, list[dict]], max_inflight: d
                          stats_path=f"{attempt_dir}/{STATS_NAME}", port=port, api_key_var=api_key_var, **settings)
 
 
+@attrs.frozen(kw_only=True)
+class Listen:
+    host: str
+    port: int
+
+
+@attrs.frozen(kw_only=True)
+class AliasSpec:
+    replicas: tuple[ReplicaTarget, ...]
+
+
+@attrs.frozen(kw_only=True)
+class ConfigFile:
+    """The config file's shape (schema 1), structured by the one strict converter."""
+
+    schema: int
+    listen: Listen
+    aliases: Mapping[str, AliasSpec]
+    state_path: str
+    stats_path: str
+    queue_limit: int = 1024
+    queue_timeout_s: float = 30.0
+    stall_timeout_s: Optional[float] = 300.0
+    api_key_var: Optional[str] = None
+    retry_after_s: int = 1
+    connect_timeout_s: float = 10.0
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 120.0
+    max_connections: int = 4096
+
+
 def to_json(config: GatewayConfig) -> dict:
     """The config file's content (what `load` reads back)."""
-    return {
-        "schema": SCHEMA, "listen": {"host": config.host, "port": config.port},
-        "aliases": {alias: {"replicas": [attrs.asdict(r) for r in replicas]}
-                    for alias, replicas in config.aliases.items()},
-        "queue_limit": config.queue_limit, "queue_timeout_s": config.queue_timeout_s,
-        "stall_timeout_s": config.stall_timeout_s, "api_key_var": config.api_key_var,
-        "state_path": config.state_path, "stats_path": config.stats_path,
-        "retry_after_s": config.retry_after_s, "connect_timeout_s": config.connect_timeout_s,
-        "header_timeout_s": config.header_timeout_s, "idle_timeout_s": config.idle_timeout_s,
-        "max_connections": config.max_connections,
-    }
+    from dd_slurm.store.converter import CONVERTER
+
+    settings = {name: getattr(config, name) for name in TOP_KEYS - {"schema", "listen", "aliases"}}
+    return CONVERTER.unstructure(ConfigFile(
+        schema=SCHEMA, listen=Listen(host=config.host, port=config.port),
+        aliases={alias: AliasSpec(replicas=replicas) for alias, replicas in config.aliases.items()}, **settings))
 
 
 def dump(config: GatewayConfig) -> bytes:
@@ -107,113 +133,18 @@ def dump(config: GatewayConfig) -> bytes:
 
 
 def load(text: str) -> GatewayConfig:
-    """Strict: unknown keys, wrong types and out-of-range values raise ConfigError."""
+    """Strict: unknown keys, wrong types and out-of-range values raise ConfigError naming the field."""
+    from dd_slurm.gateway.config_hooks import structure_config
+
     try:
         data = json.loads(text, parse_constant=_no_constant)
     except ValueError as err:
         raise ConfigError(f"not JSON ({err})") from None
-    _object(data, "", TOP_KEYS, {"schema", "listen", "aliases", "state_path", "stats_path"})
-    if data["schema"] != SCHEMA:
-        raise ConfigError(f"schema: must be {SCHEMA}")
-    listen = _object(data["listen"], "listen", {"host", "port"}, {"host", "port"})
-    return GatewayConfig(
-        aliases=_aliases(data["aliases"]), state_path=_text(data["state_path"], "state_path"),
-        stats_path=_text(data["stats_path"], "stats_path"), host=_host(listen["host"], "listen.host"),
-        port=_int(listen["port"], "listen.port", 0, 65535),
-        queue_limit=_int(data.get("queue_limit", 1024), "queue_limit", 0),
-        queue_timeout_s=_number(data.get("queue_timeout_s", 30.0), "queue_timeout_s"),
-        stall_timeout_s=_optional_number(data.get("stall_timeout_s", 300.0), "stall_timeout_s"),
-        api_key_var=_env_name(data.get("api_key_var"), "api_key_var"),
-        retry_after_s=_int(data.get("retry_after_s", 1), "retry_after_s", 0),
-        connect_timeout_s=_number(data.get("connect_timeout_s", 10.0), "connect_timeout_s"),
-        header_timeout_s=_number(data.get("header_timeout_s", 10.0), "header_timeout_s"),
-        idle_timeout_s=_number(data.get("idle_timeout_s", 120.0), "idle_timeout_s"),
-        max_connections=_int(data.get("max_connections", 4096), "max_connections", 1),
-    )
+    file = structure_config(data, ConfigFile)
+    settings = {name: getattr(file, name) for name in TOP_KEYS - {"schema", "listen", "aliases"}}
+    return GatewayConfig(aliases={alias: spec.replicas for alias, spec in file.aliases.items()},
+                         host=file.listen.host, port=file.listen.port, **settings)
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number")
-
-
-def _object(value: Any, path: str, allowed: set[str], required: set[str]) -> dict:
-    where = f"{path}: " if path else ""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}must be an object")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise ConfigError(f"{path + '.' if path else ''}{unknown[0]}: unknown key")
-    missing = sorted(required - set(value))
-    if missing:
-        raise ConfigError(f"{path + '.' if path else ''}{missing[0]}: required")
-    return value
-
-
-def _aliases(value: Any) -> dict[str, tuple[ReplicaTarget, ...]]:
-    if not isinstance(value, dict) or not value:
-        raise ConfigError("aliases: must be a non-empty object")
-    out = {}
-    for alias, spec in value.items():
-        if not IDENTIFIER.match(alias):
-            raise ConfigError(f"aliases.{alias[:64]}: not an identifier")
-        spec = _object(spec, f"aliases.{alias}", {"replicas"}, {"replicas"})
-        replicas = spec["replicas"]
-        if not isinstance(replicas, list) or not replicas:
-            raise ConfigError(f"aliases.{alias}.replicas: must be a non-empty list")
-        out[alias] = tuple(_replica(r, f"aliases.{alias}.replicas[{i}]") for i, r in enumerate(replicas))
-    return out
-
-
-def _replica(value: Any, path: str) -> ReplicaTarget:
-    value = _object(value, path, {"deployment", "replica", "base_url", "max_inflight"},
-                    {"deployment", "replica", "base_url"})
-    url = _text(value["base_url"], f"{path}.base_url")
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme != "http" or not parts.hostname or not port or parts.path not in ("", "/", "/v1", "/v1/") \
-            or parts.query or parts.fragment or parts.username:
-        raise ConfigError(f"{path}.base_url: must be http://HOST:PORT or http://HOST:PORT/v1")
-    deployment = _text(value["deployment"], f"{path}.deployment")
-    if not IDENTIFIER.match(deployment):
-        raise ConfigError(f"{path}.deployment: not an identifier")
-    return ReplicaTarget(deployment, _int(value["replica"], f"{path}.replica", 0), url,
-                         _int(value.get("max_inflight", 256), f"{path}.max_inflight", 1))
-
-
-def _int(value: Any, path: str, low: int, high: int | None = None) -> int:
-    if type(value) is not int or value < low or (high is not None and value > high):
-        raise ConfigError(f"{path}: must be an integer >= {low}" + (f" and <= {high}" if high is not None else ""))
-    return value
-
-
-def _number(value: Any, path: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{path}: must be a finite number > 0")
-    return float(value)
-
-
-def _optional_number(value: Any, path: str) -> float | None:
-    return None if value is None else _number(value, path)
-
-
-def _text(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not value or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
-        raise ConfigError(f"{path}: must be a non-empty string without control characters")
-    return value
-
-
-def _host(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not HOST.match(value):
-        raise ConfigError(f"{path}: must be a host name or address")
-    return value
-
-
-def _env_name(value: Any, path: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not ENV_NAME.match(value):
-        raise ConfigError(f"{path}: must be an environment variable name or null")
-    return value

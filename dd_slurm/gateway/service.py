@@ -27,6 +27,7 @@ from dd_slurm.gateway.proxy import Limits, Proxy
 from dd_slurm.gateway.stats import report
 from dd_slurm.gateway.stops import STOP_SIGNALS, stop_requested
 from dd_slurm.store.atomic import write_json_atomic
+from dd_slurm.store.gateway_stats import write_stats
 
 EXIT_CONFIG = 2
 EXIT_LISTEN = 3
@@ -60,7 +61,7 @@ class Service:
 
     def write_stats(self) -> None:
         try:
-            write_json_atomic(Path(self.config.stats_path), self.stats(), mode=0o644)
+            write_stats(Path(self.config.stats_path), self.stats())
         except OSError as err:
             log(f"error: stats_path: cannot write {self.config.stats_path} ({err.strerror})")
 

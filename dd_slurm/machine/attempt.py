@@ -91,7 +91,7 @@ class Attempt:
             return
         self.cleanup_runs += 1
         try:
-            self.actions.run_cleanup(self.outcome or "failed", self.reason or "unknown")
+            self.actions.run_cleanup(self.outcome or "failed", self.reason or "internal_error")
         except Exception as exc:
             self.journal.append("internal", self.state, self.state, "run_cleanup",
                                 cleanup_error=f"{type(exc).__name__}: {exc}")
@@ -151,7 +151,7 @@ def _edge(e: EventData) -> tuple[str, str]:
 
 
 def _failure_args(e: EventData) -> dict[str, Any]:
-    return {"outcome": e.kwargs.get("outcome", "failed"), "reason": e.kwargs.get("reason", "unspecified"),
+    return {"outcome": e.kwargs.get("outcome", "failed"), "reason": e.kwargs.get("reason", "internal_error"),
             "detail": e.kwargs.get("detail")}
 
 

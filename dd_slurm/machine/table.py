@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+from dd_slurm import reasons
+
 STATES: tuple[str, ...] = (
     "staged",
     "verified",
@@ -25,7 +27,7 @@ INITIAL = "staged"
 TERMINAL = "done"
 CLEANUP = "cleanup"
 FAILURE_TRIGGER = "fail"
-OUTCOMES = ("succeeded", "failed", "cancelled", "timed_out")
+OUTCOMES = reasons.OUTCOMES
 
 
 class Edge(NamedTuple):

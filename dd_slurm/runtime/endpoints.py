@@ -1,12 +1,5 @@
-"""Logical endpoints: model alias -> one logical URL and the replicas behind it, published
-atomically to the endpoints file (schema 2):
-
-{"schema": 2, "state": "planned" | "ready" | "withdrawn",
- "models": {ALIAS: {"url": str | null, "replicas": [{"deployment", "replica", "base_url"}]}}}
-
-While `planned` (before launch, for the preflight) a replica whose port is chosen at launch has
-`base_url` null, and `url` is null until it can be known.
-"""
+"""Logical endpoints: model alias -> one logical URL and the replicas behind it, built from the
+plan and the placement, and published as the endpoints record (store/endpoints.py)."""
 
 from __future__ import annotations
 
@@ -16,33 +9,30 @@ from typing import Optional
 
 from dd_slurm.plan.placement import Placed
 from dd_slurm.plan.records import Plan
-from dd_slurm.store.atomic import write_json_atomic
-
-SCHEMA = 2
+from dd_slurm.store.endpoints import SCHEMA, Endpoints, ModelEndpoint, ReplicaEndpoint, write_endpoints
 
 
-def logical_url(alias: str, replicas: list[dict], gateway_base: Optional[str] = None) -> Optional[str]:
+def logical_url(alias: str, replicas: tuple[ReplicaEndpoint, ...], gateway_base: Optional[str] = None) -> Optional[str]:
     """The one URL the client is given for `alias`. With a gateway (its base URL, e.g.
     `http://127.0.0.1:PORT`), the gateway's per-alias path; without one, the first replica's own
     base URL. This is where the gateway plugs in."""
     if gateway_base is not None:
         return f"{gateway_base}/{alias}/v1"
-    return next((r["base_url"] for r in replicas if r["base_url"]), None)
+    return next((r.base_url for r in replicas if r.base_url), None)
 
 
 def endpoint_map(plan: Plan, placement: tuple[Placed, ...], base_urls: Mapping[str, Optional[str]], state: str,
-                 gateway_base: Optional[str] = None) -> dict:
+                 gateway_base: Optional[str] = None) -> Endpoints:
     """`base_urls`: replica name -> its base URL (None while its port is unknown)."""
-    models: dict[str, dict] = {}
+    replicas: dict[str, list[ReplicaEndpoint]] = {}
     aliases = {d.name: d.model_alias for d in plan.deployments}
     for unit in placement:
-        entry = models.setdefault(aliases[unit.deployment], {"url": None, "replicas": []})
-        entry["replicas"].append({"deployment": unit.deployment, "replica": unit.replica,
-                                  "base_url": base_urls.get(unit.name)})
-    for alias, entry in models.items():
-        entry["url"] = logical_url(alias, entry["replicas"], gateway_base)
-    return {"schema": SCHEMA, "state": state, "models": models}
+        replicas.setdefault(aliases[unit.deployment], []).append(
+            ReplicaEndpoint(deployment=unit.deployment, replica=unit.replica, base_url=base_urls.get(unit.name)))
+    models = {alias: ModelEndpoint(url=logical_url(alias, tuple(listed), gateway_base), replicas=tuple(listed))
+              for alias, listed in replicas.items()}
+    return Endpoints(schema=SCHEMA, state=state, models=models)
 
 
-def publish(path: Path, endpoints: dict) -> None:
-    write_json_atomic(path, endpoints, mode=0o644)
+def publish(path: Path, endpoints: Endpoints) -> None:
+    write_endpoints(path, endpoints)

@@ -27,7 +27,6 @@ from dd_slurm.runtime.node.procfs import start_time
 from dd_slurm.store import attempt_files as files
 
 TAKEOVER_STALE_S = 30.0
-HOLDER_FIELDS = ("command", "job_id", "step_id", "node", "host", "boot_id", "pid", "start_time", "since")
 
 
 class SupervisionRefused(InvalidInput):
@@ -70,20 +69,17 @@ class Holder:
                    environ.get("SLURMD_NODENAME") or host, host, boot_id(), pid, start_time(pid), time.time())
 
     def to_json(self) -> dict:
-        return attrs.asdict(self)
+        from dd_slurm.store.converter import CONVERTER
+
+        return CONVERTER.unstructure(self)
 
     @classmethod
     def parse(cls, data: bytes) -> Holder:
-        """Validated: a lock file is read back from a shared disk."""
-        value = json.loads(data)
-        if not isinstance(value, dict) or set(value) != set(HOLDER_FIELDS):
-            raise ValueError("not a supervisor lock record")
-        if not isinstance(value["pid"], int) or not isinstance(value["since"], (int, float)) or not (
-                value["start_time"] is None or isinstance(value["start_time"], int)):
-            raise ValueError("bad pid/start_time/since")
-        if not all(isinstance(value[k], str) for k in ("command", "job_id", "step_id", "node", "host", "boot_id")):
-            raise ValueError("bad identity fields")
-        return cls(**value)
+        """Validated through the one strict converter (a lock file is read back from a shared
+        disk): a ValueError naming the first wrong field otherwise."""
+        from dd_slurm.store.converter import structure_checked
+
+        return structure_checked(json.loads(data), cls)
 
     def describe(self) -> str:
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))
@@ -158,9 +154,11 @@ class SupervisorLock:
         data = os.read(fd, 65536)
         try:
             return Holder.parse(data), fd
-        except ValueError:
+        except ValueError as err:
+            why = str(err)
             os.close(fd)
-            raise SupervisionRefused(f"{self.path}: not a supervisor lock record; remove it if no supervisor runs") from None
+            raise SupervisionRefused(f"{self.path}: not a supervisor lock record ({why}); "
+                                     "remove it if no supervisor runs") from None
 
     def _holder_live(self, holder: Holder, fd: int) -> Optional[bool]:
         try:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple, Optional
 
 from dd_slurm.scheduler.parse import Row, expand_tasks
-from dd_slurm.scheduler.states import is_terminal, normalize_state
+from dd_slurm.scheduler.states import JobState, is_terminal, normalize_state
 
 
 class Observation(NamedTuple):
@@ -132,9 +132,9 @@ def observe_one(key: str, live: Optional[Row], acct: Optional[Row], lag: LagCloc
         why = f"sacct says {acct.raw_state} but squeue no longer lists it"
     if lag.expired(key, sacct_error is None):
         window = f" for more than {lag.deadline_s:g}s" if lag.deadline_s is not None else ""
-        return Observation(key, "lost", True, raw_state=acct.raw_state if acct else None, source="none",
+        return Observation(key, JobState.LOST, True, raw_state=acct.raw_state if acct else None, source="none",
                            reason=why + window)
-    return Observation(key, "accounting_lag", False, raw_state=acct.raw_state if acct else None,
+    return Observation(key, JobState.ACCOUNTING_LAG, False, raw_state=acct.raw_state if acct else None,
                        source="none", reason=why)
 
 

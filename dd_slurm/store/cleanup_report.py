@@ -18,10 +18,9 @@ from typing import Any, Optional
 import attrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from dd_slurm.errors import AttemptDirError
-from dd_slurm.plan.converter import CONVERTER, first_error
 from dd_slurm.plan.fields import FieldError
 from dd_slurm.store.atomic import write_json_atomic
+from dd_slurm.store.converter import CONVERTER, free_text, read_record_file
 
 
 @attrs.frozen(kw_only=True)
@@ -82,12 +81,6 @@ class CleanupReport:
     seconds: Optional[float] = None
 
 
-def _text(value: Any, _type: Any = str) -> str:
-    if type(value) is not str:
-        raise FieldError("must be a string")
-    return value
-
-
 def _texts(value: Any, _type: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise FieldError("must be a list")
@@ -111,7 +104,7 @@ CONVERTER.register_structure_hook(CleanupReport, make_dict_structure_fn(
     CleanupReport, CONVERTER, problems=override(struct_hook=_texts), notes=override(struct_hook=_texts),
     methods=override(struct_hook=_methods)))
 CONVERTER.register_structure_hook(Leftover, make_dict_structure_fn(
-    Leftover, CONVERTER, role=override(struct_hook=_text), cmdline=override(struct_hook=_text)))
+    Leftover, CONVERTER, role=override(struct_hook=free_text), cmdline=override(struct_hook=free_text)))
 CONVERTER.register_unstructure_hook(CleanupReport, make_dict_unstructure_fn(  # absent rather than null or empty
     CleanupReport, CONVERTER, budget_s=override(omit_if_default=True), budget_basis=override(omit_if_default=True),
     notes=override(omit_if_default=True), seconds=override(omit_if_default=True)))
@@ -130,16 +123,7 @@ def write_report(path: Path, report: CleanupReport) -> None:
 def read_report(path: Path) -> Optional[CleanupReport]:
     """cleanup.json as cleanup (or entry.py's refusal) writes it, None when there is none; anything
     else is an AttemptDirError naming the file and the first field that is wrong."""
-    from dd_slurm.store.view import read_json
-
-    data = read_json(path)
-    if data is None:
-        return None
-    try:
-        return CONVERTER.structure(data, CleanupReport)
-    except Exception as err:
-        field, reason = first_error(err, "")
-        raise AttemptDirError(f"{path}: not a cleanup report ({field.lstrip('.') or 'the report'}: {reason})") from None
+    return read_record_file(path, CleanupReport, "a cleanup report")
 
 
 @attrs.define(kw_only=True)

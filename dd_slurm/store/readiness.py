@@ -13,14 +13,26 @@ stopped are final. `endpoints` moves unpublished -> published -> withdrawn (or s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
-from dd_slurm.errors import DdSlurmError
+import attrs
+
+from dd_slurm.errors import AttemptDirError, DdSlurmError
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
+from dd_slurm.store.converter import (
+    CONVERTER,
+    choice,
+    free_text,
+    json_object,
+    mapping_of,
+    read_record_file,
+    register_record,
+    structure_record,
+)
 
 SCHEMA = 2
 MOVES = {
@@ -32,6 +44,54 @@ MOVES = {
 }
 ENDPOINT_MOVES = {"unpublished": {"published", "withdrawn"}, "published": {"withdrawn"}, "withdrawn": set()}
 FINAL = {"failed", "stopped"}
+
+
+@attrs.frozen(kw_only=True)
+class ReplicaReadiness:
+    """One replica's entry. Records written before `nodes`, `model_alias`, `base_url` and
+    `detail` were kept read with those absent."""
+
+    state: str
+    deployment: str
+    replica: int
+    expected: int
+    ready: tuple[str, ...]
+    deadline: Optional[float]
+    last_probe: Optional[Mapping[str, Any]]
+    port: Optional[int] = None
+    nodes: tuple[str, ...] = ()
+    model_alias: Optional[str] = None
+    base_url: Optional[str] = None
+    detail: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class ReadinessRecord:
+    schema: int
+    endpoints: str
+    deployments: Mapping[str, ReplicaReadiness]
+    attempt_id: Optional[str] = None
+
+
+def _optional(hook: Any) -> Any:
+    return lambda value, kind: None if value is None else hook(value, kind)
+
+
+register_record(ReplicaReadiness, state=choice(*MOVES), last_probe=_optional(json_object),
+                detail=_optional(free_text))
+register_record(ReadinessRecord, schema=choice(SCHEMA), endpoints=choice(*ENDPOINT_MOVES),
+                deployments=mapping_of(ReplicaReadiness))
+
+
+def readiness_json(record: ReadinessRecord) -> dict[str, Any]:
+    """The record as readiness.json holds it."""
+    return CONVERTER.unstructure(record)
+
+
+def read_record(path: Path) -> Optional[ReadinessRecord]:
+    """readiness.json validated, None when there is none; anything else is an AttemptDirError
+    naming the file and the first wrong field."""
+    return read_record_file(path, ReadinessRecord, "a readiness record")
 
 
 class ReadinessError(DdSlurmError):
@@ -60,11 +120,9 @@ class Readiness:
     def left_by_earlier_run(cls, attempt_dir: Path) -> Optional[Readiness]:
         """The record an earlier supervisor of this attempt wrote (a resumed attempt's cleanup
         finishes it); None when there is none. A record that does not validate raises."""
-        from dd_slurm.store.view import read_readiness
-
         path = Path(attempt_dir) / files.READINESS
-        record = read_readiness(path)
-        return None if record is None else cls(path, record)
+        record = read_record(path)
+        return None if record is None else cls(path, readiness_json(record))
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -121,22 +179,18 @@ class Readiness:
             self._dirty = True
             return
         self._dirty = False
-        write_json_atomic(self.path, self.record)
-
-
-def validate_record(record: dict[str, Any]) -> list[str]:
-    """Problems with a readiness record read from disk (empty when valid)."""
-    problems = []
-    if record.get("schema") != SCHEMA:
-        problems.append(f"schema {record.get('schema')!r} is not {SCHEMA}")
-    if record.get("endpoints") not in ENDPOINT_MOVES:
-        problems.append(f"endpoints state {record.get('endpoints')!r} is unknown")
-    for name, dep in (record.get("deployments") or {}).items():
-        if dep.get("state") not in MOVES:
-            problems.append(f"{name}: state {dep.get('state')!r} is unknown")
-    return problems
+        write_json_atomic(self.path, readiness_json(CONVERTER.structure(self.record, ReadinessRecord)))
 
 
 def is_terminal(record: dict[str, Any]) -> bool:
     return record.get("endpoints") == "withdrawn" and all(
         d.get("state") in FINAL for d in (record.get("deployments") or {}).values())
+
+
+def validate_record(record: Any) -> list[str]:
+    """Problems with a readiness record read from disk (empty when valid): the first wrong field."""
+    try:
+        structure_record(record, ReadinessRecord, files.READINESS, "a readiness record")
+    except AttemptDirError as err:
+        return [str(err)]
+    return []

@@ -8,19 +8,78 @@ ids must be exactly the ones this run's id and size give, so a task can only rea
 from __future__ import annotations
 
 import fcntl
-import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+import attrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
+from dd_slurm.store.converter import CONVERTER, free_text, read_record_file, register_record, structure_record
 
 RUNS_DIR = "runs"
 _JOB_ID = re.compile(r"\d+\Z")
+
+
+@attrs.frozen(kw_only=True)
+class CancelRequest:
+    time: float
+    via: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class Submission:
+    """An ambiguous sbatch answer resolved by adopting the job found by its unique name."""
+
+    adopted: bool
+    duplicates_cancelled: tuple[str, ...]
+    note: str
+
+
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    run_id: str
+    num_shards: int
+    shards: tuple[str, ...]
+    max_concurrent: Optional[int]
+    plan_digest: str
+    bundle_digest: str
+    bundle_dir: str
+    job_name: str
+    staged_at: float
+    reconcile_deadline_s: float
+    job_id: Optional[str]
+    submitted_at: Optional[float]
+    cancel_requests: tuple[CancelRequest, ...]
+    submit_started_at: Optional[float] = None
+    submit_error: Optional[str] = None
+    submission: Optional[Submission] = None
+
+
+def _optional_text(value: Any, _type: Any) -> Optional[str]:
+    return None if value is None else free_text(value)
+
+
+register_record(CancelRequest)
+CONVERTER.register_unstructure_hook(CancelRequest, make_dict_unstructure_fn(  # no null `via`
+    CancelRequest, CONVERTER, via=override(omit_if_default=True)))
+register_record(Submission, note=free_text)
+register_record(RunRecord, submit_error=_optional_text)
+
+
+def run_json(record: RunRecord) -> dict[str, Any]:
+    """The record as run.json holds it."""
+    return CONVERTER.unstructure(record)
+
+
+def _checked_json(record: dict[str, Any]) -> bytes:
+    """What a writer made of the record, structured before it lands (a wrong field raises here)."""
+    return dump_json(run_json(structure_record(record, RunRecord, files.RUN_RECORD, "a run record")))
 
 
 def shard_width(count: int) -> int:
@@ -36,31 +95,33 @@ def is_run_dir(path: str | Path) -> bool:
     return (Path(path) / files.RUN_RECORD).is_file()
 
 
-def read_run(run_dir: Path) -> dict[str, Any]:
+def load_run(run_dir: Path) -> RunRecord:
+    """run.json validated: its fields (the first wrong one named), and shard ids that are exactly
+    the ones this run's id and size give."""
     path = Path(run_dir) / files.RUN_RECORD
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise AttemptDirError(f"{run_dir}: no {files.RUN_RECORD} (not a run of shards)") from None
-    except (OSError, ValueError) as err:
-        raise AttemptDirError(f"{path}: unreadable run record ({err})") from None
+    record = read_record_file(path, RunRecord, "a run record")
+    if record is None:
+        raise AttemptDirError(f"{run_dir}: no {files.RUN_RECORD} (not a run of shards)")
     problem = _problem(record, Path(run_dir).name)
     if problem:
         raise AttemptDirError(f"{path}: invalid run record ({problem})")
     return record
 
 
-def _problem(record: Any, dir_name: str) -> str | None:
-    if not isinstance(record, dict):
-        return "not an object"
-    count, shards, job_id = record.get("num_shards"), record.get("shards"), record.get("job_id")
-    if record.get("run_id") != dir_name:
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """run.json validated (see load_run), in its JSON form."""
+    return run_json(load_run(run_dir))
+
+
+def _problem(record: RunRecord, dir_name: str) -> str | None:
+    count, shards, job_id = record.num_shards, record.shards, record.job_id
+    if record.run_id != dir_name:
         return f"run_id is not {dir_name!r}"
-    if type(count) is not int or count < 1 or not isinstance(shards, list) or len(shards) != count:
+    if count < 1 or len(shards) != count:
         return "num_shards and shards disagree"
-    if shards != [shard_id(dir_name, i, count) for i in range(count)]:
+    if list(shards) != [shard_id(dir_name, i, count) for i in range(count)]:
         return "shard ids are not this run's"
-    if job_id is not None and not (isinstance(job_id, str) and _JOB_ID.match(job_id)):
+    if job_id is not None and not _JOB_ID.match(job_id):
         return f"job_id {job_id!r} is not a job id"
     return None
 
@@ -72,11 +133,12 @@ def update_run(run_dir: Path) -> Iterator[dict[str, Any]]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = read_run(run_dir)
         yield record
-        write_atomic(Path(run_dir) / files.RUN_RECORD, dump_json(record))
+        write_atomic(Path(run_dir) / files.RUN_RECORD, _checked_json(record))
 
 
 def new_run(**fields: Any) -> bytes:
-    return dump_json({"job_id": None, "submitted_at": None, "cancel_requests": [], **fields})
+    """A staged run's first record (structured first: a field staging got wrong raises here)."""
+    return _checked_json({"job_id": None, "submitted_at": None, "cancel_requests": [], **fields})
 
 
 def shard_submission(attempt_dir: Path, record: dict[str, Any], runs: dict[str, dict] | None = None) -> dict[str, Any]:

@@ -51,17 +51,28 @@ def read_cleanup(path: Path) -> Optional[dict[str, Any]]:
     return report_json(report) if report is not None else None
 
 
-def read_readiness(path: Path) -> Optional[dict[str, Any]]:
-    from dd_slurm.store.readiness import validate_record
+def read_endpoints_json(path: Path) -> Optional[dict[str, Any]]:
+    """endpoints.json read back as its typed record (validated: see store/endpoints), in its JSON form."""
+    from dd_slurm.store.endpoints import endpoints_json, read_endpoints
 
-    record = read_json(path)
-    try:
-        problems = validate_record(record) if record is not None else []
-    except (AttributeError, TypeError, KeyError, ValueError):  # the validator expects the outer shape
-        problems = ["its fields have the wrong shape"]
-    if problems:
-        raise AttemptDirError(f"{path}: not a readiness record ({problems[0]})")
-    return record
+    endpoints = read_endpoints(path)
+    return endpoints_json(endpoints) if endpoints is not None else None
+
+
+def read_gateway_stats_json(path: Path) -> Optional[dict[str, Any]]:
+    """gateway-stats.json read back as its typed record (validated: see store/gateway_stats), in its JSON form."""
+    from dd_slurm.store.gateway_stats import read_stats, stats_json
+
+    stats = read_stats(path)
+    return stats_json(stats) if stats is not None else None
+
+
+def read_readiness(path: Path) -> Optional[dict[str, Any]]:
+    """readiness.json read back as its typed record (validated: see store/readiness), in its JSON form."""
+    from dd_slurm.store.readiness import read_record, readiness_json
+
+    record = read_record(path)
+    return readiness_json(record) if record is not None else None
 
 
 def checked_journal(path: Path) -> list[dict[str, Any]]:
@@ -109,10 +120,10 @@ def inspect_attempt(directory: Path) -> dict[str, Any]:
         "scheduler": last,
         "history": entries,
         "readiness": read_readiness(directory / files.READINESS),
-        "endpoints": read_json(directory / files.ENDPOINTS),
+        "endpoints": read_endpoints_json(directory / files.ENDPOINTS),
         "processes": read_json(directory / files.PROCESSES, (dict, list)),
         "cleanup": read_cleanup(directory / files.CLEANUP),
         "result": read_json(directory / files.RESULT_MANIFEST),
-        "gateway": read_json(directory / files.GATEWAY_STATS),
+        "gateway": read_gateway_stats_json(directory / files.GATEWAY_STATS),
         "record": record,
     }

@@ -20,10 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "bench" / "results"
 REFENV = ROOT / "bench" / ".refenv"
 REFERENCE = "data-designer-slurm==1.0.0rc1"
-ROWS = 100_000
 STATES = ["COMPLETED", "FAILED", "RUNNING", "PENDING", "CANCELLED by 0", "TIMEOUT"]
 
 sys.path.insert(0, str(ROOT))
+
+from tests.bench.sizes import FULL, QUICK, Sizes  # noqa: E402  (ROOT on the path first)
 
 
 def row(figure: str, values: list[float], unit: str, goal: str, note: str = "") -> dict:
@@ -41,8 +42,8 @@ def timed(fn, runs: int) -> list[float]:
     return out
 
 
-def inputs() -> dict[str, str]:
-    ids = [f"{1000 + i // 10}_{i % 10}" for i in range(ROWS)]
+def inputs(rows: int = FULL.parse_rows) -> dict[str, str]:
+    ids = [f"{1000 + i // 10}_{i % 10}" for i in range(rows)]
     return {
         # our formats carry each row's raw job id (squeue %A, sacct JobIDRaw)
         "sacct_ours": "".join(f"{j}|{200_000 + i}|{STATES[i % 6]}|{i % 3}:0|None|job-{i // 10}\n"
@@ -77,11 +78,12 @@ print(json.dumps(out))
 """
 
 
-def parse_benchmarks(data: dict[str, str], ref: str | None, tmp: Path) -> list[dict]:
+def parse_benchmarks(data: dict[str, str], ref: str | None, tmp: Path, sizes: Sizes = FULL) -> list[dict]:
     from dd_slurm.scheduler import parse
 
-    ours = {"sacct": timed(lambda: parse.parse_sacct(data["sacct_ours"], raw_ids=True), 5),
-            "squeue": timed(lambda: parse.parse_squeue(data["squeue_ours"], raw_ids=True), 5)}
+    runs = 1 if sizes.quick else 5
+    ours = {"sacct": timed(lambda: parse.parse_sacct(data["sacct_ours"], raw_ids=True), runs),
+            "squeue": timed(lambda: parse.parse_squeue(data["squeue_ours"], raw_ids=True), runs)}
     theirs = {"sacct": [], "squeue": []}
     if ref:
         (tmp / "sacct").write_text(data["sacct_theirs"])
@@ -90,26 +92,29 @@ def parse_benchmarks(data: dict[str, str], ref: str | None, tmp: Path) -> list[d
                               capture_output=True, text=True)
         theirs = json.loads(done.stdout) if done.returncode == 0 else theirs
     rows = []
-    for tool, goal in (("sacct", "< 0.3 s; >= 4x faster"), ("squeue", ">= 4x faster")):
+    for tool, goal in (("sacct", "< 0.3 s; >= 5x faster"), ("squeue", ">= 5x faster")):
         ratio = statistics.median(theirs[tool]) / statistics.median(ours[tool]) if theirs[tool] else None
-        rows.append(row(f"parse {ROWS:,} {tool} rows (ours)", ours[tool], "s", goal,
+        rows.append(row(f"parse {sizes.parse_rows:,} {tool} rows (ours)", ours[tool], "s", goal,
                         f"reference x{ratio:.1f} slower" if ratio else "reference not measured"))
-        rows.append(row(f"parse {ROWS:,} {tool} rows (reference)", theirs[tool], "s", "", "its own format, same rows"))
+        rows.append(row(f"parse {sizes.parse_rows:,} {tool} rows (reference)", theirs[tool], "s", "",
+                        "its own format, same rows" if ref else "skipped: no reference (quick mode)"))
     return rows
 
 
-def render_benchmark() -> dict:
+def render_benchmark(sizes: Sizes = FULL) -> dict:
     from dd_slurm.plan.io import load_plan
     from dd_slurm.scheduler.render import ScriptContext, render_script
 
     plan = load_plan(ROOT / "fixtures" / "plans" / "two-deployments.json")
     ctx = ScriptContext("bench-1", "/ws/attempts/bench-1", "/ws/bundles/b", "b" * 64, "p" * 64, entry_sha256="e" * 64)
-    per_call = [t / 200 * 1000 for t in timed(lambda: [render_script(plan, ctx) for _ in range(200)], 7)]
+    calls = 2 if sizes.quick else 200
+    per_call = [t / calls * 1000 for t in timed(lambda: [render_script(plan, ctx) for _ in range(calls)],
+                                                1 if sizes.quick else 7)]
     return row("render one attempt script", per_call, "ms", "reference: about 0.7 ms",
                "reference figure quoted from the issue, not re-measured (its plan needs its whole config compiler)")
 
 
-def calls_per_round() -> list[dict]:
+def calls_per_round(sizes: Sizes = FULL) -> list[dict]:
     from dd_slurm.clock import Clock
     from dd_slurm.scheduler.commands import SlurmCommands
     from dd_slurm.testing.fake_slurm import install
@@ -118,12 +123,12 @@ def calls_per_round() -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         fake = install(Path(tmp) / "bin")
         commands = SlurmCommands(Clock(), str(fake.bin_dir), {})
-        for count in (1, 100, 10_000):
+        for count in sizes.jobs:
             result = commands.query([str(10**6 + i) for i in range(count)])
             rows.append(row(f"scheduler calls per status round, {count:,} jobs", [result.calls], "calls", "2"))
-        for count in (10_000, 50_000):
+        for count in sizes.array_ids:
             ids = [f"777_{i}" for i in range(1, count + 1)]
-            seconds = timed(lambda ids=ids: commands.query(ids), 3)
+            seconds = timed(lambda ids=ids: commands.query(ids), min(sizes.runs, 3))
             rows.append(row(f"status round for {count:,} array task ids", seconds, "s", "works (reference fails > ~11,000)",
                             f"{commands.query(ids).calls} calls"))
     return rows
@@ -141,7 +146,7 @@ def fresh_process(argv: list[str], env: dict | None = None) -> tuple[float, int]
     return elapsed, int(last[0]) if gnu_time.exists() and last[0].isdigit() else 0
 
 
-def startup_benchmarks(ref: str | None) -> list[dict]:
+def startup_benchmarks(ref: str | None, sizes: Sizes = FULL) -> list[dict]:
     from dd_slurm.testing.fake_slurm import install
 
     rows = []
@@ -152,31 +157,33 @@ def startup_benchmarks(ref: str | None) -> list[dict]:
         out = subprocess.run([exe, "submit", "--json", str(ROOT / "fixtures" / "plans" / "single-node.json"), "-w",
                               f"{tmp}/ws"], env=env, capture_output=True, text=True, check=True)
         attempt = json.loads(out.stdout)["attempt_dir"]
-        ours = [fresh_process([exe, "status", "--json", attempt], env) for _ in range(10)]
+        ours = [fresh_process([exe, "status", "--json", attempt], env) for _ in range(sizes.runs)]
         theirs = []
         if ref:
             their_exe = str(Path(ref).parent / "data-designer")
-            theirs = [fresh_process([their_exe, "slurm", "status", "--help"]) for _ in range(5)]
+            theirs = [fresh_process([their_exe, "slurm", "status", "--help"]) for _ in range(min(sizes.runs, 5))]
         ratio = statistics.median(t for t, _ in theirs) / statistics.median(t for t, _ in ours) if theirs else None
         rows.append(row("dd-slurm status --json, fresh process, fake Slurm", [t * 1000 for t, _ in ours], "ms",
                         "< 150 ms; >= 8x faster", (f"reference x{ratio:.1f} slower; " if ratio else "")
                         + "the fake squeue/sacct are Python scripts, ~40 ms each"))
         rows.append(row("dd-slurm status --json, peak RSS (with fake tools)", [r / 1024 for _, r in ours], "MiB", ""))
-        helps = [fresh_process([exe, "status", "--help"]) for _ in range(10)]
+        helps = [fresh_process([exe, "status", "--help"]) for _ in range(sizes.runs)]
         like = statistics.median(t for t, _ in theirs) / statistics.median(t for t, _ in helps) if theirs else None
         rows.append(row("dd-slurm status --help, fresh process (like for like)", [t * 1000 for t, _ in helps], "ms",
                         ">= 8x faster", f"reference x{like:.1f} slower" if like else ""))
         rows.append(row("reference `data-designer slurm status --help`", [t * 1000 for t, _ in theirs], "ms", "",
-                        f"peak RSS {statistics.median(r for _, r in theirs) / 1024:.0f} MiB" if theirs else ""))
+                        f"peak RSS {statistics.median(r for _, r in theirs) / 1024:.0f} MiB" if theirs
+                        else "skipped: no reference (quick mode)"))
         record = Path(attempt) / "attempt.json"
         data = json.loads(record.read_text())
         history = [{"time": 1.0 * i, "job_id": data["job_id"], "state": "running", "terminal": False, "exit_code": None,
-                    "signal": None, "raw_state": "RUNNING", "source": "squeue", "reason": None} for i in range(100_000)]
+                    "signal": None, "raw_state": "RUNNING", "source": "squeue", "reason": None}
+                   for i in range(sizes.history_rows)]
         big = []
-        for _ in range(3):
+        for _ in range(min(sizes.runs, 3)):
             record.write_text(json.dumps({**data, "observations": history}))
             big.append(fresh_process([exe, "status", "--json", attempt], env))
-        rows.append(row("status with a 100,000-row history: time", [t * 1000 for t, _ in big], "ms", "",
+        rows.append(row(f"status with a {sizes.history_rows:,}-row history: time", [t * 1000 for t, _ in big], "ms", "",
                         f"peak RSS {statistics.median(r for _, r in big) / 1024:.0f} MiB; history is then cut to 50"))
     return rows
 
@@ -201,10 +208,19 @@ def _process_start_wall(started_record: Path) -> float:
     return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - record["start_time"] / os.sysconf("SC_CLK_TCK"))
 
 
-def lab_status_benchmarks() -> list[dict]:
-    """`dd-slurm status --json` against the lab cluster: a held (live) job, then a finished one."""
+def cluster_down(sizes: Sizes) -> str | None:
+    """Why the lab cluster's rows are skipped, None when its `sinfo` answers."""
+    if sizes.clusters_down:
+        return "skipped: the test run's clusters are down (DD_SLURM_TEST_CLUSTER=down)"
     if subprocess.run(["timeout", "5", "sinfo", "-h"], capture_output=True).returncode != 0:
-        return [row("status on the lab cluster", [], "", "", "skipped: the lab cluster is not up")]
+        return "skipped: the lab cluster is not up (make cluster-up)"
+    return None
+
+
+def lab_status_benchmarks(sizes: Sizes = FULL) -> list[dict]:
+    """`dd-slurm status --json` against the lab cluster: a held (live) job, then a finished one."""
+    if down := cluster_down(sizes):
+        return [row("status on the lab cluster", [], "", "", down)]
     exe = str(Path(sys.executable).parent / "dd-slurm")
     plan = json.loads((ROOT / "fixtures" / "plans" / "single-node.json").read_text())
     plan["runtime"]["python"] = "/bin/true"
@@ -216,7 +232,7 @@ def lab_status_benchmarks() -> list[dict]:
         submitted = json.loads(out.stdout)
         held = subprocess.run(["scontrol", "hold", submitted["job_id"]], capture_output=True).returncode == 0
         if held:
-            live = [fresh_process([exe, "status", "--json", submitted["attempt_dir"]]) for _ in range(10)]
+            live = [fresh_process([exe, "status", "--json", submitted["attempt_dir"]]) for _ in range(sizes.runs)]
             rows.append(row("status --json on the lab cluster, live job (squeue only)", [t * 1000 for t, _ in live],
                             "ms", "< 150 ms", f"peak RSS {statistics.median(r for _, r in live) / 1024:.0f} MiB"))
         subprocess.run(["scancel", submitted["job_id"]], capture_output=True)
@@ -228,7 +244,7 @@ def lab_status_benchmarks() -> list[dict]:
             time.sleep(1)
         counting, log = _counting_tools(Path(tmp))
         env = {**os.environ, "DD_SLURM_BIN_DIR": str(counting)}
-        done = [fresh_process([exe, "status", "--json", submitted["attempt_dir"]], env) for _ in range(10)]
+        done = [fresh_process([exe, "status", "--json", submitted["attempt_dir"]], env) for _ in range(sizes.runs)]
         calls = len(log.read_text().splitlines()) if log.exists() else 0
         rows.append(row("status --json on the lab cluster, finished attempt", [t * 1000 for t, _ in done],
                         "ms", "< 80 ms; 0 scheduler calls",
@@ -249,10 +265,9 @@ def _counting_tools(directory: Path) -> tuple[Path, Path]:
     return bin_dir, log
 
 
-def runtime_benchmarks(runs: int = 3) -> list[dict]:
-    probe = subprocess.run(["timeout", "5", "sinfo", "-h"], capture_output=True)
-    if probe.returncode != 0:
-        return [row("runtime figures", [], "", "", "skipped: the lab cluster is not up (make cluster-up)")]
+def runtime_benchmarks(runs: int = 3, sizes: Sizes = FULL) -> list[dict]:
+    if down := cluster_down(sizes):
+        return [row("runtime figures", [], "", "", down)]
     import shutil
 
     from tests.runtime.harness import plan_data
@@ -305,10 +320,10 @@ def runtime_benchmarks(runs: int = 3) -> list[dict]:
     ]
 
 
-def soak_benchmark(count: int = 30) -> list[dict]:
+def soak_benchmark(count: int = 30, sizes: Sizes = FULL) -> list[dict]:
     """The randomized soak (tests/slurm/soak.py) on the lab cluster: attempts that agreed, N/N."""
-    if subprocess.run(["timeout", "5", "sinfo", "-h"], capture_output=True).returncode != 0:
-        return [row("randomized soak", [], "", "", "skipped: the lab cluster is not up")]
+    if down := cluster_down(sizes):
+        return [row("randomized soak", [], "", "", down)]
     import random
 
     from tests.slurm import real_attempt
@@ -343,29 +358,33 @@ def compile_package() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "dd_slurm")], check=True)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    """Every row; `--quick`: the quick mode (tests/bench/sizes.py), its JSON to `--out DIR`."""
+    sizes = QUICK if "--quick" in argv else FULL
+    out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else OUT
     machine = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-               "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+               "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": sizes.quick}
     compile_package()
-    ref = reference_python()
+    ref = None if sizes.quick else reference_python()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = parse_benchmarks(inputs(), ref, Path(tmp))
+        rows = parse_benchmarks(inputs(sizes.parse_rows), ref, Path(tmp), sizes)
     from tests.bench.scale import scale_benchmarks
 
-    rows += [render_benchmark(), *calls_per_round(), *startup_benchmarks(ref), *lab_status_benchmarks(),
-             *runtime_benchmarks(), *scale_benchmarks(), *soak_benchmark()]
+    rows += [render_benchmark(sizes), *calls_per_round(sizes), *startup_benchmarks(ref, sizes),
+             *lab_status_benchmarks(sizes), *runtime_benchmarks(sizes.runtime_runs, sizes), *scale_benchmarks(sizes),
+             *soak_benchmark(sizes.soak_count, sizes)]
     from tests.bench.bench_gateway import gateway_benchmarks
 
-    rows += gateway_benchmarks(row)
+    rows += gateway_benchmarks(row, sizes)
     text = table(rows)
     print(f"machine: {machine}\n\n{text}")
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine, "reference": REFERENCE, "rows": rows}
-    (OUT / f"bench-{machine['when']}.json").write_text(json.dumps(report, indent=1))
-    (OUT / "latest.json").write_text(json.dumps(report, indent=1))
-    (OUT / "latest.md").write_text(text + "\n")
+    (out / f"bench-{machine['when']}.json").write_text(json.dumps(report, indent=1))
+    (out / "latest.json").write_text(json.dumps(report, indent=1))
+    (out / "latest.md").write_text(text + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -30,6 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.sizes import FULL, Sizes  # noqa: E402  (ROOT on the path first)
+
 CAPACITY = int(os.environ.get("DD_SLURM_BENCH_CAPACITY", "8"))
 LATENCY_S = 0.05
 SECONDS, WARMUP = 3.0, 1.0
@@ -78,9 +82,9 @@ def wait_listening(port: int, seconds: float = 15) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def nginx_binary() -> str | None:
+def nginx_binary(install: bool = True) -> str | None:
     found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if found or os.geteuid() != 0:
+    if found or os.geteuid() != 0 or not install:
         return found
     print("bench: installing Debian's nginx-light for the comparison", file=sys.stderr)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -134,15 +138,16 @@ def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int]) -> t
                        {**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 15
     while not (tmp / f"{name}-state.json").exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the gateway never published its port")
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the gateway never published its port (exit code {proc.poll()})")
         time.sleep(0.05)
     return json.loads((tmp / f"{name}-state.json").read_text())["port"], proc.pid
 
 
-def start_nginx(procs: Processes, tmp: Path, ports: list[int]) -> tuple[int, int] | None:
-    """(port, master pid) of nginx least_conn over `ports`, None without nginx."""
-    binary = nginx_binary()
+def start_nginx(procs: Processes, tmp: Path, ports: list[int], install: bool = True) -> tuple[int, int] | None:
+    """(port, master pid) of nginx least_conn over `ports`, None without nginx (installed first
+    unless `install` is false)."""
+    binary = nginx_binary(install)
     if not binary:
         return None
     port = free_port()
@@ -157,27 +162,27 @@ def start_nginx(procs: Processes, tmp: Path, ports: list[int]) -> tuple[int, int
 
 
 def load(port_paths: list[tuple[int, str]], connections: int, cpu: dict[str, list[int]],
-         seconds: float = SECONDS) -> dict:
+         seconds: float = SECONDS, warmup: float = WARMUP) -> dict:
     """One loadgen run; `cpu`: group name -> pids whose CPU time per request it reports."""
     targets = [f"127.0.0.1:{port}{path}" for port, path in port_paths]
     groups = [f"--cpu={name}={','.join(str(p) for p in pids)}" for name, pids in cpu.items()]
     done = subprocess.run([sys.executable, "-m", "tests.bench.loadgen", "--connections", str(connections),
-                           "--seconds", str(seconds), "--warmup", str(WARMUP), *groups, *targets],
+                           "--seconds", str(seconds), "--warmup", str(warmup), *groups, *targets],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     return json.loads(done.stdout)
 
 
-def gateway_benchmarks(row: Callable[..., dict]) -> list[dict]:
+def gateway_benchmarks(row: Callable[..., dict], sizes: Sizes = FULL) -> list[dict]:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         procs = Processes()
         try:
-            return _measure(row, procs, tmp)
+            return _measure(row, procs, tmp, sizes)
         finally:
             procs.stop_all()
 
 
-def _measure(row: Callable[..., dict], procs: Processes, tmp: Path) -> list[dict]:
+def _measure(row: Callable[..., dict], procs: Processes, tmp: Path, sizes: Sizes) -> list[dict]:
     model = str(ROOT / "dd_slurm" / "testing" / "fake_model.py")
     ports = [free_port() for _ in range(4)]
     backends = [procs.start([sys.executable, model, "--host", "127.0.0.1", "--port", str(port), "--model", "m",
@@ -189,16 +194,17 @@ def _measure(row: Callable[..., dict], procs: Processes, tmp: Path) -> list[dict
               "direct, 4 replicas (client spreads)": ([(p, PATH) for p in ports], {"backends": backends}),
               "gateway, 1 replica": ([(gw1, "/m" + PATH)], {"backends": backends[:1], "gateway": [gw1_pid]}),
               "gateway, 4 replicas": ([(gw4, "/m" + PATH)], {"backends": backends, "gateway": [gw4_pid]})}
-    nginx = start_nginx(procs, tmp, ports)
+    nginx = start_nginx(procs, tmp, ports, install=not sizes.quick)
     if nginx:
         setups["nginx least_conn, 4 replicas"] = ([(nginx[0], "/m" + PATH)],
                                                   {"backends": backends, "nginx": with_children(nginx[1])})
     rows = []
-    for connections in CONCURRENCY:
+    for connections in sizes.gateway_concurrency:
         found: dict[str, list[dict]] = {label: [] for label in setups}
-        for _ in range(RUNS):
+        for _ in range(sizes.gateway_runs):
             for label, (targets, cpu) in setups.items():
-                found[label].append(load(targets, connections, cpu, seconds_for(cpu["backends"])))
+                seconds = sizes.gateway_seconds if sizes.quick else seconds_for(cpu["backends"])
+                found[label].append(load(targets, connections, cpu, seconds, 0.1 if sizes.quick else WARMUP))
         rows += _rows(row, connections, found)
     return rows
 
@@ -260,7 +266,8 @@ def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict
                 goal += f"; >= 0.5x nginx: x{got['rps'] / nginx['rps']:.2f}"
         rows.append(row(f"{label}, {connections} concurrent", [r["rps"] for r in results], "req/s", goal, note))
     if not nginx:
-        rows.append(row(f"nginx least_conn, {connections} concurrent", [], "req/s", "", "skipped: nginx unavailable"))
+        rows.append(row(f"nginx least_conn, {connections} concurrent", [], "req/s", "",
+                        "skipped: nginx unavailable (the quick mode installs nothing)"))
     return rows
 
 

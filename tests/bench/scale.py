@@ -14,6 +14,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.sizes import FULL, Sizes  # noqa: E402  (ROOT on the path first)
+
 EXE = str(Path(sys.executable).parent / "dd-slurm")
 
 
@@ -110,15 +114,16 @@ def replicas_supported() -> bool:
     return any("place_replicas" in inspect.getsource(module) for module in (actions, session))
 
 
-def big_allocation_plan(load_s: float) -> dict:
-    data = _plan("bench-big", nodes=64, gpus_per_node=8, time_limit="00:30:00", pre_timeout_signal_s=0)
+def big_allocation_plan(load_s: float, nodes: int = 64) -> dict:
+    """`nodes` x 8 GPUs: 2 single-GPU replicas per node and a two-node pair per 8 nodes (one at least)."""
+    data = _plan("bench-big", nodes=nodes, gpus_per_node=8, time_limit="00:30:00", pre_timeout_signal_s=0)
     small = data["deployments"][0]
     argv = small["argv"]
     argv[argv.index("--load-time") + 1] = str(load_s)
     argv.insert(1, "-S")  # no site module: the fake server needs the standard library only
-    small.update(name="small", gpus_per_node=1, replicas=128, port=None, ready_timeout_s=300)
+    small.update(name="small", gpus_per_node=1, replicas=2 * nodes, port=None, ready_timeout_s=300)
     deployments = [small]
-    for k in range(8):  # each pair on its own two nodes, so one coordination port serves them all
+    for k in range(max(1, nodes // 8)):  # each pair on its own two nodes, so one coordination port serves them all
         coord = ["--coord-port", "18402"]
         leader = [*argv[:3], "--port", "{port}", "--model", f"pair-{k}", "--role", "leader", "--num-nodes",
                   "{num_nodes}", *coord, "--host", "{host}", "--load-time", str(load_s)]
@@ -130,13 +135,14 @@ def big_allocation_plan(load_s: float) -> dict:
     return data
 
 
-def big_allocation(load_s: float = 3.0) -> list[dict]:
+def big_allocation(load_s: float = 3.0, nodes: int = 64) -> list[dict]:
     """64 nodes x 8 GPUs: 128 single-GPU replicas and 8 two-node deployments (136 deployments'
     worth of servers). Overhead = job start to client start minus load time, plus cleanup. On fake
     Slurm every node's processes run on this machine, so the row also says how much CPU they took
     (on a real allocation they run side by side on 64 nodes) and what is left of the overhead when
     that CPU, spread over this machine's cores, is taken out."""
-    figure = "64-node x 8-GPU allocation, 128 replicas + 8 two-node deployments: overhead beyond load"
+    pairs = max(1, nodes // 8)
+    figure = f"{nodes}-node x 8-GPU allocation, {2 * nodes} replicas + {pairs} two-node deployments: overhead beyond load"
     if not replicas_supported():
         return [_row(figure, [], "s", "< 3 s", "skipped: the runtime does not launch `replicas` yet"),
                 _row("  ... supervisor peak RSS", [], "MiB", "< 80 MiB", "skipped: as above")]
@@ -145,7 +151,7 @@ def big_allocation(load_s: float = 3.0) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         fake = install(Path(tmp) / "bin")
         env = {**os.environ, "DD_SLURM_BIN_DIR": str(fake.bin_dir)}
-        (Path(tmp) / "plan.json").write_text(json.dumps(big_allocation_plan(load_s)))
+        (Path(tmp) / "plan.json").write_text(json.dumps(big_allocation_plan(load_s, nodes)))
         _, done = _run([EXE, "submit", "--json", f"{tmp}/plan.json", "-w", f"{tmp}/ws"], env)
         attempt = Path(json.loads(done.stdout)["attempt_dir"])
         _run([EXE, "status", "--watch", "--interval", "1", str(attempt)], env)
@@ -182,12 +188,13 @@ def _startup_cpu(log: Path) -> float:
     return 0.0
 
 
-def scale_benchmarks() -> list[dict]:
-    return [array_submit(), *list_finished(), *big_allocation()]
+def scale_benchmarks(sizes: Sizes = FULL) -> list[dict]:
+    return [array_submit(sizes.runtime_runs, sizes.array_shards), *list_finished(sizes.runs // 2 or 1,
+                                                                                 sizes.finished_attempts),
+            *big_allocation(1.0 if sizes.quick else 3.0, sizes.big_nodes)]
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     from tests.bench.bench import table
 
     print(table(scale_benchmarks()))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dd_slurm.gateway.config import ConfigError, GatewayConfig, ReplicaTarget, dump, for_attempt, load
 from tests.gateway.backends import ROOT
@@ -38,6 +40,15 @@ def test_dump_then_load_is_the_same_config() -> None:
     ({"aliases": {"m": {"replicas": [{"deployment": "d", "replica": 0, "base_url": "http://h:1",
                                       "max_inflight": 0}]}}},
      "aliases.m.replicas[0].max_inflight: must be an integer >= 1"),
+    ({"aliases": {"m": {"replicas": [{"deployment": "d", "replica": 0}]}}},
+     "aliases.m.replicas[0].base_url: required key is missing"),
+    ({"aliases": {"m": {"replicas": [{"deployment": "../d", "replica": 0, "base_url": "http://h:1"}]}}},
+     "aliases.m.replicas[0].deployment: must be an identifier"),
+    ({"aliases": {"m": {"replicas": []}}}, "aliases.m.replicas: must be a non-empty list"),
+    ({"aliases": {"m": {"replicas": ["x"]}}}, "aliases.m.replicas[0]: must be an object"),
+    ({"aliases": {"m n": {"replicas": []}}}, "aliases.m n: not an identifier"),
+    ({"listen": 80}, "listen: must be an object"),
+    ({"state_path": ""}, "state_path: must be a non-empty string without control characters"),
 ])
 def test_bad_fields_are_named(change, message) -> None:
     """Each wrong field is reported by its path."""
@@ -45,6 +56,19 @@ def test_bad_fields_are_named(change, message) -> None:
     with pytest.raises(ConfigError) as err:
         load(json.dumps(data))
     assert message == str(err.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(queue_limit=st.integers(0, 10**6), stall=st.none() | st.floats(0.001, 1e6), port=st.integers(0, 65535),
+       key=st.none() | st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True),
+       caps=st.lists(st.integers(1, 4096), min_size=1, max_size=4))
+def test_any_valid_config_reads_back_equal(queue_limit, stall, port, key, caps) -> None:
+    """Whatever settings and replicas the runtime writes, the gateway reads the same config."""
+    config = GatewayConfig(aliases={"m": tuple(ReplicaTarget("d", k, f"http://h:{8000 + k}/v1", cap)
+                                               for k, cap in enumerate(caps))},
+                           state_path="/a/s.json", stats_path="/a/t.json", port=port, queue_limit=queue_limit,
+                           stall_timeout_s=stall, api_key_var=key)
+    assert config == load(dump(config).decode())
 
 
 def test_bad_config_file_is_one_error_line_and_exit_2(tmp_path) -> None:

@@ -17,7 +17,7 @@ class ScriptedActions:
         self.calls.append(name)
         behaviour = self.script.get(name, "ok")
         if behaviour == "raise":
-            raise AttemptFailure(f"{name}_failed", outcome="failed")
+            raise AttemptFailure("internal_error", name)  # a declared reason; the detail names the action
         return behaviour != "false"
 
     def __getattr__(self, name: str):

@@ -61,16 +61,17 @@ step_behaviours = st.fixed_dictionaries(
 @given(script=step_behaviours)
 def test_step_driver_matches_the_oracle(script) -> None:
     """Driving with `step` only: the outcome is succeeded exactly when every action on the path
-    succeeded; otherwise it is failed with the reason of the first action that did not."""
+    succeeded; otherwise it is failed with the reason (or, for a raise, the detail) of the first
+    action that did not."""
     with tempfile.TemporaryDirectory() as tmp:
         attempt = Attempt(ScriptedActions(script), Journal(Path(tmp), FakeClock()))
         attempt.advance()
         first_bad = next((n for n in PATH_ACTIONS if script[n] != "ok"), None)
         if first_bad is None:
-            expected = ("succeeded", "ok")
+            expected = ("succeeded", "ok", None)
         elif script[first_bad] == "raise":
-            expected = ("failed", f"{first_bad}_failed")
+            expected = ("failed", "internal_error", first_bad)
         else:
             trigger = next(e.trigger for e in T.FORWARD if e.guard == first_bad)
-            expected = ("failed", f"{trigger}_guard_false")
-        assert expected == (attempt.outcome, attempt.reason)
+            expected = ("failed", f"{trigger}_guard_false", None)
+        assert expected == (attempt.outcome, attempt.reason, attempt.detail)

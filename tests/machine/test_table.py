@@ -82,9 +82,9 @@ def test_a_guard_that_raises_fails_from_the_source_state(tmp_path, clock) -> Non
     """A failing verification leaves the journal showing staged -> cleanup with its reason."""
     attempt = Attempt(ScriptedActions({"inputs_verified": "raise"}), Journal(tmp_path, clock))
     attempt.advance()
-    moves = [(e["from"], e["to"], e.get("reason")) for e in attempt.journal.entries()]
-    assert [("staged", "cleanup", "inputs_verified_failed"),
-            ("cleanup", "done", "inputs_verified_failed")] == moves
+    moves = [(e["from"], e["to"], e.get("reason"), e.get("detail")) for e in attempt.journal.entries()]
+    assert [("staged", "cleanup", "internal_error", "inputs_verified"),
+            ("cleanup", "done", "internal_error", "inputs_verified")] == moves
 
 
 def test_a_guard_that_declines_is_a_failure_too(tmp_path, clock) -> None:

@@ -114,7 +114,8 @@ def test_launcher_narrows_gpus_to_the_placed_slots() -> None:
 
 
 def _readiness(tmp_path):
-    return Readiness.new(tmp_path, "a-1", {"big-0": {"nodes": ["n1"]}, "small-0": {"nodes": ["n2"]}})
+    return Readiness.new(tmp_path, "a-1", {"big-0": {"deployment": "big", "replica": 0, "nodes": ["n1"]},
+                                           "small-0": {"deployment": "small", "replica": 0, "nodes": ["n2"]}})
 
 
 def test_readiness_writer_accepts_the_forward_path_and_ends_terminal(tmp_path) -> None:

@@ -47,7 +47,7 @@ def actions_for(tmp_path, after_s: Optional[float], time_limit: bool = False) ->
     gate = SignalGate(time_limit=lambda: time_limit)
     session = SimpleNamespace(gate=gate, clock=SignalAfter(gate, after_s), table=ExitedGateway(), dir=tmp_path)
     actions = RuntimeActions(session)  # type: ignore[arg-type]
-    actions._readiness = Readiness.new(tmp_path, "a-1", {"small-0": {"nodes": ["n1"]}})
+    actions._readiness = Readiness.new(tmp_path, "a-1", {"small-0": {"deployment": "small", "replica": 0, "nodes": ["n1"]}})
     return actions
 
 

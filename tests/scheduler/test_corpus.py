@@ -79,7 +79,8 @@ def test_sbatch_corpus(text: str, expected) -> None:
 @pytest.mark.parametrize(("text", "expected"), cases("hostlist"))
 def test_hostlist_corpus(text: str, expected) -> None:
     """Hostlists expand as Slurm does; reversed ranges, unbalanced brackets and more than 64K names
-    are errors (ValueError), as Slurm rejects them."""
+    are errors (ValueError), as Slurm rejects them (dd-slurm is stricter for a few: STRICTER in
+    tests/slurm/test_hostlist_real.py)."""
     found = outcome(expand_hostlist, text)
     if isinstance(expected, dict):
         found = {"count": len(found)}
