@@ -263,7 +263,7 @@ def _rows(row: Callable[..., dict], connections: int, found: dict[str, list[dict
         if label == "gateway, 4 replicas":
             goal += f"; >= 3.6x one replica: x{got['rps'] / one['rps']:.2f}"
             if nginx:
-                goal += f"; >= 0.5x nginx: x{got['rps'] / nginx['rps']:.2f}"
+                goal += f"; >= 0.9x nginx: x{got['rps'] / nginx['rps']:.2f}"
         rows.append(row(f"{label}, {connections} concurrent", [r["rps"] for r in results], "req/s", goal, note))
     if not nginx:
         rows.append(row(f"nginx least_conn, {connections} concurrent", [], "req/s", "",
