@@ -23,7 +23,7 @@ from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import published_port
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.session import Session
-from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
+from dd_slurm.runtime.step_specs import StepSpec, needs_port, with_port
 from dd_slurm.runtime.watching import Watching
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic

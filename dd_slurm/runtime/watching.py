@@ -10,7 +10,7 @@ from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import gateway_step
 from dd_slurm.runtime.replicas import exit_reason
 from dd_slurm.runtime.session import NotPrepared, Session
-from dd_slurm.runtime.steps import StepSpec
+from dd_slurm.runtime.step_specs import StepSpec
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.readiness import Readiness
 
