@@ -114,17 +114,17 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mer
 def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> None:
     """Without NAME, the attempt's logs with their sizes; with NAME (batch, supervisor, client,
     preflight, deploy-<name>-<n>, ...), that log."""
-    from dd_slurm.control import logs as L
+    from dd_slurm.control import logs as log_files
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory = checked_dir(attempt_dir)
     if name is None and not follow_:
-        found = L.list_logs(directory)
-        emit([log.to_json() for log in found], as_json, lambda _: L.listing_text(found, directory))
+        found = log_files.list_logs(directory)
+        emit([log.to_json() for log in found], as_json, lambda _: log_files.listing_text(found, directory))
     elif name is None or as_json:
         raise click.UsageError("-f needs a log NAME" if name is None else "--json lists the logs; not with NAME")
     else:
-        L.show(directory, name, follow_, _clock(), sys.stdout.buffer)
+        log_files.show(directory, name, follow_, _clock(), sys.stdout.buffer)
 
 
 def _commands(timeout_s: float = 30.0):

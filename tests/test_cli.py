@@ -65,11 +65,11 @@ def test_diagram_check_fails_on_stale_files(dd_slurm_exe, tmp_path) -> None:
 
 def test_statechart_markdown_lists_every_transition() -> None:
     """The Markdown statechart has one table row per declared edge."""
-    from dd_slurm.machine import table as T
+    from dd_slurm.machine import table
 
     text = (ROOT / "statecharts" / "attempt.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| `") and line.count("|") == 7]
-    assert len(T.EDGES) == len(rows)
+    assert len(table.EDGES) == len(rows)
 
 
 def test_help_does_not_import_the_runtime() -> None:

@@ -10,7 +10,7 @@ from transitions.core import EventData
 from transitions.core import MachineError as TransitionsMachineError
 
 from dd_slurm.errors import AttemptFailure, MachineError
-from dd_slurm.machine import table as T
+from dd_slurm.machine import table
 from dd_slurm.machine.journal import Journal, current_state
 
 
@@ -40,7 +40,7 @@ def machine_transitions() -> list[dict[str, Any]]:
     return [
         {"trigger": e.trigger, "source": e.source, "dest": e.dest,
          "conditions": [e.guard] if e.guard else [], "before": [e.action] if e.action else []}
-        for e in T.EDGES
+        for e in table.EDGES
     ]
 
 
@@ -58,20 +58,20 @@ class Attempt:
         self.outcome, self.reason, self.detail = _recorded_outcome(journal.entries())
         self.cleanup_runs = 0
         self.machine = Machine(
-            model=self, states=list(T.STATES), transitions=machine_transitions(),
-            initial=state or current_state(journal.entries(), T.INITIAL), auto_transitions=False,
+            model=self, states=list(table.STATES), transitions=machine_transitions(),
+            initial=state or current_state(journal.entries(), table.INITIAL), auto_transitions=False,
             send_event=True,
         )
-        for state_name in T.STATES:  # journal first, so an entry action that raises is still recorded
+        for state_name in table.STATES:  # journal first, so an entry action that raises is still recorded
             self.machine.get_state(state_name).add_callback("enter", "journal_transition")
-            for name in T.ON_ENTER.get(state_name, ()):
+            for name in table.ON_ENTER.get(state_name, ()):
                 self.machine.get_state(state_name).add_callback("enter", name)
 
     # Guards and actions: each table name calls the runtime action of that name (cleanup once).
     def __getattr__(self, name: str) -> Callable[[Optional[EventData]], Any]:
         if name == "run_cleanup":
             return lambda _e: self.cleanup_once()
-        if name in T.ACTION_NAMES:
+        if name in table.ACTION_NAMES:
             return lambda _e: getattr(self.actions, name)()
         raise AttributeError(name)
 
@@ -98,7 +98,7 @@ class Attempt:
 
     def journal_transition(self, e: EventData) -> None:
         source, dest = _edge(e)
-        ending = dest in (T.CLEANUP, T.TERMINAL)
+        ending = dest in (table.CLEANUP, table.TERMINAL)
         self.journal.append(
             "transition", source, dest, e.event.name,
             outcome=self.outcome if ending else None, reason=self.reason if ending else None,
@@ -112,9 +112,9 @@ class Attempt:
     # The driver.
     def step(self) -> str:
         """Fire the next forward trigger; on any failure take the `fail` edge. Returns the new state."""
-        if self.state == T.TERMINAL:
+        if self.state == table.TERMINAL:
             return self.state
-        trigger = T.NEXT_TRIGGER[self.state]
+        trigger = table.NEXT_TRIGGER[self.state]
         try:
             if not self.trigger(trigger):
                 raise AttemptFailure(f"{trigger}_guard_false")
@@ -126,12 +126,12 @@ class Attempt:
 
     def resume(self) -> None:
         """A process that finds the attempt in cleanup runs cleanup again: it is a reconcile."""
-        if self.state == T.CLEANUP:
+        if self.state == table.CLEANUP:
             self.cleanup_once()
 
     def advance(self, until: Optional[str] = None) -> str:
         self.resume()
-        while self.state != T.TERMINAL and self.state != until:
+        while self.state != table.TERMINAL and self.state != until:
             self.step()
         return self.state
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from dd_slurm.plan import fields as F
+from dd_slurm.plan import fields
 
 SCHEMA_VERSION = 1
 # Sane upper bounds: no allocation is larger, and a typo like 1e6 GPUs fails here, not in the queue.
@@ -31,8 +31,8 @@ def v(check: Callable[[Any], None]) -> Callable[[Any, attrs.Attribute, Any], Non
     def validator(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         try:
             check(value)
-        except F.FieldError as err:
-            raise F.FieldError(err.reason, f".{attribute.name}{err.subpath}") from None
+        except fields.FieldError as err:
+            raise fields.FieldError(err.reason, f".{attribute.name}{err.subpath}") from None
 
     return validator
 
@@ -44,83 +44,83 @@ def opt(check: Callable[[Any], None]) -> Callable[[Any], None]:
 def between(low: float, high: float, strict_low: bool = False) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if not math.isfinite(value):
-            raise F.FieldError("must be a finite number")
+            raise fields.FieldError("must be a finite number")
         if value < low or (strict_low and value == low):
-            raise F.FieldError(f"must be {'greater than' if strict_low else 'at least'} {low:g}")
+            raise fields.FieldError(f"must be {'greater than' if strict_low else 'at least'} {low:g}")
         if value > high:
-            raise F.FieldError(f"must be at most {high:g}")
+            raise fields.FieldError(f"must be at most {high:g}")
 
     return check
 
 
 def supported_version(value: int) -> None:
     if value != SCHEMA_VERSION:
-        raise F.FieldError(f"unsupported version {value}; this dd-slurm reads version {SCHEMA_VERSION}")
+        raise fields.FieldError(f"unsupported version {value}; this dd-slurm reads version {SCHEMA_VERSION}")
 
 
 def one_of(choices: tuple[Any, ...]) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value not in choices:
-            raise F.FieldError(f"must be one of {', '.join(json.dumps(c) for c in choices)}")
+            raise fields.FieldError(f"must be one of {', '.join(json.dumps(c) for c in choices)}")
 
     return check
 
 
 def non_empty(values: tuple[Any, ...]) -> None:
     if not values:
-        raise F.FieldError("must have at least one element")
+        raise fields.FieldError("must have at least one element")
 
 
 def identifier(value: str) -> None:
-    F.check_name_text(value)
-    if not F.IDENTIFIER.match(value):
-        raise F.FieldError("must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+    fields.check_name_text(value)
+    if not fields.IDENTIFIER.match(value):
+        raise fields.FieldError("must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def port(value: int) -> None:
     if not 1024 <= value <= 65535:
-        raise F.FieldError("must be between 1024 and 65535")
+        raise fields.FieldError("must be between 1024 and 65535")
 
 
 def time_limit(value: str) -> None:
-    F.check_scheduler_value(value)
-    F.time_limit_seconds(value)
+    fields.check_scheduler_value(value)
+    fields.time_limit_seconds(value)
 
 
 def mem(value: str) -> None:
-    F.check_scheduler_value(value)
-    if not F.MEM.match(value):
-        raise F.FieldError('must be a positive integer with an optional K, M, G or T suffix, like "16G"')
+    fields.check_scheduler_value(value)
+    if not fields.MEM.match(value):
+        raise fields.FieldError('must be a positive integer with an optional K, M, G or T suffix, like "16G"')
 
 
 def health_path(value: str) -> None:
-    F.check_text(value)
+    fields.check_text(value)
     if not value.isascii() or not value.isprintable():
-        raise F.FieldError("must be printable ASCII")
+        raise fields.FieldError("must be printable ASCII")
     if not value.startswith("/") or any(c in value for c in " ?#"):
-        raise F.FieldError('must be an absolute URL path like "/health"')
+        raise fields.FieldError('must be an absolute URL path like "/health"')
 
 
 def relative_path(value: str) -> None:
-    F.check_text(value)
+    fields.check_text(value)
     parts = value.split("/")
     if not value or value.startswith("/") or ".." in parts or posixpath.normpath(value) in (".", ""):
-        raise F.FieldError("must be a relative path inside the results dir (no '..')")
+        raise fields.FieldError("must be a relative path inside the results dir (no '..')")
 
 
 def absolute_path(value: str) -> None:
-    F.check_text(value)
+    fields.check_text(value)
     if not value.startswith("/"):
-        raise F.FieldError("must be an absolute path")
+        raise fields.FieldError("must be an absolute path")
 
 
 def argv(allowed: frozenset[str]) -> Callable[[Any], None]:
     def check(values: tuple[str, ...]) -> None:
         if not values:
-            raise F.FieldError("must have at least one element")
+            raise fields.FieldError("must have at least one element")
         if not values[0]:
-            raise F.FieldError("the program must not be empty", "[0]")
-        F.each(lambda item: F.check_argv_item(item, allowed))(values)
+            raise fields.FieldError("the program must not be empty", "[0]")
+        fields.each(lambda item: fields.check_argv_item(item, allowed))(values)
 
     return check
 
@@ -129,32 +129,32 @@ def env_set(values: Mapping[str, str]) -> None:
     for name, value in values.items():
         try:
             env_name(name)
-            F.check_text(value)
-        except F.FieldError as err:
-            raise F.FieldError(err.reason, f".{name}") from None
+            fields.check_text(value)
+        except fields.FieldError as err:
+            raise fields.FieldError(err.reason, f".{name}") from None
 
 
 def env_name(name: str) -> None:
-    F.check_name_text(name)
-    if not F.ENV_NAME.match(name):
-        raise F.FieldError(f"{name!r} is not a valid environment variable name")
+    fields.check_name_text(name)
+    if not fields.ENV_NAME.match(name):
+        raise fields.FieldError(f"{name!r} is not a valid environment variable name")
     if name.startswith("DD_SLURM_"):
-        raise F.FieldError(f"{name!r} is reserved: DD_SLURM_* variables are set by the runtime")
+        raise fields.FieldError(f"{name!r} is reserved: DD_SLURM_* variables are set by the runtime")
 
 
 def passed_name(name: str) -> None:
     """A name whose value the runtime passes on from an environment (forward, api_key_var)."""
     env_name(name)
-    reserved = next((p for p in F.FORWARD_RESERVED_PREFIXES if name.startswith(p)), None)
+    reserved = next((p for p in fields.FORWARD_RESERVED_PREFIXES if name.startswith(p)), None)
     if reserved:
-        raise F.FieldError(f"{name!r} cannot be passed on: {reserved}* variables are read by Slurm, "
+        raise fields.FieldError(f"{name!r} cannot be passed on: {reserved}* variables are read by Slurm, "
                            "the runtime or the loader")
 
 
 def text(value: str) -> None:
-    F.check_text(value)
+    fields.check_text(value)
     if not value:
-        raise F.FieldError("must not be empty")
+        raise fields.FieldError("must not be empty")
 
 
-sched = opt(F.check_scheduler_value)
+sched = opt(fields.check_scheduler_value)

@@ -6,52 +6,51 @@ from typing import Optional
 
 import attrs
 
-from dd_slurm.plan import checks as C
-from dd_slurm.plan import fields as F
+from dd_slurm.plan import checks, fields
 
 RESULT_FORMATS = ("jsonl", "json", "parquet", "file")
 
-_v, _opt = C.v, C.opt
-_positive = C.between(0, C.MAX_SECONDS, strict_low=True)
+_v, _opt = checks.v, checks.opt
+_positive = checks.between(0, checks.MAX_SECONDS, strict_low=True)
 
 
 @attrs.frozen
 class Env:
-    set: dict[str, str] = attrs.field(factory=dict, validator=_v(C.env_set))
-    forward: tuple[str, ...] = attrs.field(default=(), validator=_v(F.each(C.passed_name)))
-    api_key_var: Optional[str] = attrs.field(default=None, validator=_v(_opt(C.passed_name)))
+    set: dict[str, str] = attrs.field(factory=dict, validator=_v(checks.env_set))
+    forward: tuple[str, ...] = attrs.field(default=(), validator=_v(fields.each(checks.passed_name)))
+    api_key_var: Optional[str] = attrs.field(default=None, validator=_v(_opt(checks.passed_name)))
 
     def __attrs_post_init__(self) -> None:
         if self.api_key_var is not None and (self.api_key_var in self.set or self.api_key_var in self.forward):
-            raise F.FieldError(f"{self.api_key_var!r} is also in set or forward: the runtime sets it", ".api_key_var")
+            raise fields.FieldError(f"{self.api_key_var!r} is also in set or forward: the runtime sets it", ".api_key_var")
 
 
 @attrs.frozen
 class Array:
-    count: int = attrs.field(validator=_v(C.between(1, C.MAX_ARRAY)))
-    max_concurrent: Optional[int] = attrs.field(default=None, validator=_v(_opt(C.between(1, C.MAX_ARRAY))))
+    count: int = attrs.field(validator=_v(checks.between(1, checks.MAX_ARRAY)))
+    max_concurrent: Optional[int] = attrs.field(default=None, validator=_v(_opt(checks.between(1, checks.MAX_ARRAY))))
 
 
 @attrs.frozen
 class Job:
-    time_limit: str = attrs.field(validator=_v(C.time_limit))
-    nodes: int = attrs.field(default=1, validator=_v(C.between(1, C.MAX_NODES)))
-    gpus_per_node: int = attrs.field(default=0, validator=_v(C.between(0, C.MAX_GPUS_PER_NODE)))
-    cpus_per_task: int = attrs.field(default=1, validator=_v(C.between(1, C.MAX_CPUS_PER_TASK)))
-    mem: Optional[str] = attrs.field(default=None, validator=_v(_opt(C.mem)))
+    time_limit: str = attrs.field(validator=_v(checks.time_limit))
+    nodes: int = attrs.field(default=1, validator=_v(checks.between(1, checks.MAX_NODES)))
+    gpus_per_node: int = attrs.field(default=0, validator=_v(checks.between(0, checks.MAX_GPUS_PER_NODE)))
+    cpus_per_task: int = attrs.field(default=1, validator=_v(checks.between(1, checks.MAX_CPUS_PER_TASK)))
+    mem: Optional[str] = attrs.field(default=None, validator=_v(_opt(checks.mem)))
     exclusive: bool = False
-    pre_timeout_signal_s: int = attrs.field(default=0, validator=_v(C.between(0, C.MAX_SIGNAL_S)))
-    partition: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
-    account: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
-    qos: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
-    reservation: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
-    constraint: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
-    comment: Optional[str] = attrs.field(default=None, validator=_v(C.sched))
+    pre_timeout_signal_s: int = attrs.field(default=0, validator=_v(checks.between(0, checks.MAX_SIGNAL_S)))
+    partition: Optional[str] = attrs.field(default=None, validator=_v(checks.sched))
+    account: Optional[str] = attrs.field(default=None, validator=_v(checks.sched))
+    qos: Optional[str] = attrs.field(default=None, validator=_v(checks.sched))
+    reservation: Optional[str] = attrs.field(default=None, validator=_v(checks.sched))
+    constraint: Optional[str] = attrs.field(default=None, validator=_v(checks.sched))
+    comment: Optional[str] = attrs.field(default=None, validator=_v(checks.sched))
     array: Optional[Array] = None
 
     def __attrs_post_init__(self) -> None:
-        if self.pre_timeout_signal_s >= F.time_limit_seconds(self.time_limit):
-            raise F.FieldError("must be shorter than time_limit", ".pre_timeout_signal_s")
+        if self.pre_timeout_signal_s >= fields.time_limit_seconds(self.time_limit):
+            raise fields.FieldError("must be shorter than time_limit", ".pre_timeout_signal_s")
 
     @property
     def shards(self) -> int:
@@ -60,45 +59,45 @@ class Job:
 
 @attrs.frozen
 class Deployment:
-    name: str = attrs.field(validator=_v(C.identifier))
-    model_alias: str = attrs.field(validator=_v(C.identifier))
-    argv: tuple[str, ...] = attrs.field(validator=_v(C.argv(F.DEPLOYMENT_PLACEHOLDERS)))
-    port: Optional[int] = attrs.field(default=None, validator=_v(_opt(C.port)))
-    nodes: int = attrs.field(default=1, validator=_v(C.between(1, C.MAX_NODES)))
-    gpus_per_node: int = attrs.field(default=0, validator=_v(C.between(0, C.MAX_GPUS_PER_NODE)))
-    replicas: int = attrs.field(default=1, validator=_v(C.between(1, C.MAX_REPLICAS)))
-    max_inflight: int = attrs.field(default=256, validator=_v(C.between(1, C.MAX_INFLIGHT)))
-    served_model: Optional[str] = attrs.field(default=None, validator=_v(_opt(C.text)))
+    name: str = attrs.field(validator=_v(checks.identifier))
+    model_alias: str = attrs.field(validator=_v(checks.identifier))
+    argv: tuple[str, ...] = attrs.field(validator=_v(checks.argv(fields.DEPLOYMENT_PLACEHOLDERS)))
+    port: Optional[int] = attrs.field(default=None, validator=_v(_opt(checks.port)))
+    nodes: int = attrs.field(default=1, validator=_v(checks.between(1, checks.MAX_NODES)))
+    gpus_per_node: int = attrs.field(default=0, validator=_v(checks.between(0, checks.MAX_GPUS_PER_NODE)))
+    replicas: int = attrs.field(default=1, validator=_v(checks.between(1, checks.MAX_REPLICAS)))
+    max_inflight: int = attrs.field(default=256, validator=_v(checks.between(1, checks.MAX_INFLIGHT)))
+    served_model: Optional[str] = attrs.field(default=None, validator=_v(_opt(checks.text)))
     follower_argv: Optional[tuple[str, ...]] = attrs.field(
-        default=None, validator=_v(_opt(C.argv(F.DEPLOYMENT_PLACEHOLDERS)))
+        default=None, validator=_v(_opt(checks.argv(fields.DEPLOYMENT_PLACEHOLDERS)))
     )
-    health_path: str = attrs.field(default="/health", validator=_v(C.health_path))
+    health_path: str = attrs.field(default="/health", validator=_v(checks.health_path))
     ready_timeout_s: float = attrs.field(default=600.0, validator=_v(_positive))
     env: Env = attrs.field(factory=Env)
 
     def __attrs_post_init__(self) -> None:
         if self.nodes > 1 and self.follower_argv is None:
-            raise F.FieldError("required when nodes > 1", ".follower_argv")
+            raise fields.FieldError("required when nodes > 1", ".follower_argv")
         if self.nodes == 1 and self.follower_argv is not None:
-            raise F.FieldError("only allowed when nodes > 1", ".follower_argv")
+            raise fields.FieldError("only allowed when nodes > 1", ".follower_argv")
         if self.port is not None and self.port + self.replicas - 1 > 65535:
-            raise F.FieldError(f"replica {self.replicas - 1} would use port {self.port + self.replicas - 1}, "
+            raise fields.FieldError(f"replica {self.replicas - 1} would use port {self.port + self.replicas - 1}, "
                                "above 65535", ".port")
 
 
 @attrs.frozen
 class Result:
-    path: str = attrs.field(validator=_v(C.relative_path))
-    format: str = attrs.field(validator=_v(C.one_of(RESULT_FORMATS)))
-    min_records: int = attrs.field(default=0, validator=_v(C.between(0, 2**63 - 1)))
+    path: str = attrs.field(validator=_v(checks.relative_path))
+    format: str = attrs.field(validator=_v(checks.one_of(RESULT_FORMATS)))
+    min_records: int = attrs.field(default=0, validator=_v(checks.between(0, 2**63 - 1)))
 
 
 @attrs.frozen
 class Client:
-    argv: tuple[str, ...] = attrs.field(validator=_v(C.argv(F.CLIENT_PLACEHOLDERS)))
+    argv: tuple[str, ...] = attrs.field(validator=_v(checks.argv(fields.CLIENT_PLACEHOLDERS)))
     result: Result
     preflight_argv: Optional[tuple[str, ...]] = attrs.field(
-        default=None, validator=_v(_opt(C.argv(F.CLIENT_PLACEHOLDERS)))
+        default=None, validator=_v(_opt(checks.argv(fields.CLIENT_PLACEHOLDERS)))
     )
     env: Env = attrs.field(factory=Env)
     timeout_s: Optional[float] = attrs.field(default=None, validator=_v(_opt(_positive)))
@@ -106,27 +105,27 @@ class Client:
 
 @attrs.frozen
 class Gateway:
-    queue_limit: int = attrs.field(default=1024, validator=_v(C.between(0, C.MAX_QUEUE)))
+    queue_limit: int = attrs.field(default=1024, validator=_v(checks.between(0, checks.MAX_QUEUE)))
     queue_timeout_s: float = attrs.field(default=30.0, validator=_v(_positive))
     stall_timeout_s: Optional[float] = attrs.field(default=300.0, validator=_v(_opt(_positive)))
     header_timeout_s: float = attrs.field(default=10.0, validator=_v(_positive))
     idle_timeout_s: float = attrs.field(default=120.0, validator=_v(_positive))
-    max_connections: int = attrs.field(default=4096, validator=_v(C.between(1, C.MAX_QUEUE)))
+    max_connections: int = attrs.field(default=4096, validator=_v(checks.between(1, checks.MAX_QUEUE)))
 
 
 @attrs.frozen
 class Runtime:
-    python: str = attrs.field(validator=_v(C.absolute_path))
-    cleanup_grace_s: float = attrs.field(default=10.0, validator=_v(C.between(0, C.MAX_SECONDS)))
+    python: str = attrs.field(validator=_v(checks.absolute_path))
+    cleanup_grace_s: float = attrs.field(default=10.0, validator=_v(checks.between(0, checks.MAX_SECONDS)))
     reconcile_deadline_s: float = attrs.field(default=300.0, validator=_v(_positive))
 
 
 @attrs.frozen
 class Plan:
-    schema_version: int = attrs.field(validator=_v(C.supported_version))
-    name: str = attrs.field(validator=_v(C.identifier))
+    schema_version: int = attrs.field(validator=_v(checks.supported_version))
+    name: str = attrs.field(validator=_v(checks.identifier))
     job: Job
-    deployments: tuple[Deployment, ...] = attrs.field(validator=_v(C.non_empty))
+    deployments: tuple[Deployment, ...] = attrs.field(validator=_v(checks.non_empty))
     client: Client
     runtime: Runtime
     gateway: Gateway = attrs.field(factory=Gateway)
@@ -136,17 +135,17 @@ class Plan:
         for index, dep in enumerate(self.deployments):
             where = f".deployments[{index}]"
             if dep.name in seen:
-                raise F.FieldError(f"duplicate deployment name {dep.name!r}", f"{where}.name")
+                raise fields.FieldError(f"duplicate deployment name {dep.name!r}", f"{where}.name")
             seen[dep.name] = index
             if dep.nodes > self.job.nodes:
-                raise F.FieldError(f"needs {dep.nodes} nodes but job.nodes is {self.job.nodes}", f"{where}.nodes")
+                raise fields.FieldError(f"needs {dep.nodes} nodes but job.nodes is {self.job.nodes}", f"{where}.nodes")
             if dep.gpus_per_node > self.job.gpus_per_node:
-                raise F.FieldError(
+                raise fields.FieldError(
                     f"needs {dep.gpus_per_node} GPUs per node but job.gpus_per_node is {self.job.gpus_per_node}",
                     f"{where}.gpus_per_node",
                 )
         if self.client.env.api_key_var is None and any(d.env.api_key_var for d in self.deployments):
-            raise F.FieldError("required when a deployment sets env.api_key_var: the client must present the "
+            raise fields.FieldError("required when a deployment sets env.api_key_var: the client must present the "
                                "attempt key to the gateway", ".client.env.api_key_var")
         from dd_slurm.plan.fit import check_fit
 

@@ -23,7 +23,7 @@ from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import published_port
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.session import Session
-from dd_slurm.runtime.steps import StepSpec, needs_port, with_port
+from dd_slurm.runtime.step_specs import StepSpec, needs_port, with_port
 from dd_slurm.runtime.watching import Watching
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
@@ -70,7 +70,7 @@ class RuntimeActions(Watching):
 
     # staged -> verified
     def inputs_verified(self) -> bool:
-        s = self.s
+        s = self.session
         if not verify.verified_by_entry(self.verified_bundle, s.bundle_dir, s.bundle_digest):
             verify.check_bundle(s.bundle_dir, s.bundle_digest)
         plan = s.checked_plan()
@@ -88,7 +88,7 @@ class RuntimeActions(Watching):
         """Every node's GPUs, every step's program, every fixed port free: one step on the other
         nodes; this node is checked from here in preflights_passed (the batch step holds the
         job's GPUs on it, as a probe step would), without an srun beside the preflight's."""
-        s, p = self.s, self.s.prepare()
+        s, p = self.session, self.session.prepare()
         request, passed = s.write_probe_request()
         s.gate.check()
         self.probe_deadline = s.clock.monotonic() + PROBE_TIMEOUT_S
@@ -98,20 +98,20 @@ class RuntimeActions(Watching):
                                     gres_gpus=p.plan.job.gpus_per_node, passed=passed)
 
     def launch_preflight(self) -> None:
-        p = self.s.prepare()
+        p = self.session.prepare()
         self.ensure_readiness()
         if p.plan.client.preflight_argv:
-            self._start(self.s.client_spec(True))
+            self._start(self.session.client_spec(True))
 
     def preflights_passed(self) -> bool:
         """The probe's verdict first (a probe failure explains a preflight that could not start),
         then the client's preflight."""
         answers = self._probe_answers()
-        verify.check_probes(answers, self.s.prepared.plan, self.s.prepared.alloc.nodes)
-        if "preflight" not in self.s.table.procs:
+        verify.check_probes(answers, self.session.prepared.plan, self.session.prepared.alloc.nodes)
+        if "preflight" not in self.session.table.procs:
             return True
-        limit = self.s.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
-        code = self._wait_exit("preflight", self.s.clock.monotonic() + limit, "preflight_timeout")
+        limit = self.session.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
+        code = self._wait_exit("preflight", self.session.clock.monotonic() + limit, "preflight_timeout")
         if code != 0:
             raise self._unless_signalled(
                 AttemptFailure("preflight_failed", f"client preflight exited {code}; see {files.log_ref('preflight')}"))
@@ -120,7 +120,7 @@ class RuntimeActions(Watching):
     def _probe_answers(self) -> dict[str, dict]:
         """This node's probe answer, and the probe step's answers for the others once it has exited
         (at its deadline it is stopped and the answers that arrived are used)."""
-        s = self.s
+        s = self.session
         here = s.ambient.get("SLURMD_NODENAME")
         answers: dict[str, dict] = {}
         if PROBE_STEP in s.table.procs:
@@ -138,7 +138,7 @@ class RuntimeActions(Watching):
         """This node's answer, worked out in a daemon thread: a lookup that hangs (a stale mount
         under a program's path, a stalled resolver) ends at the probe's deadline, as a probe step
         would (None: the node did not answer), and a signal still decides first."""
-        s, found = self.s, []
+        s, found = self.session, []
         request = read_json(str(files.probe_request(s.dir)))
         worker = threading.Thread(target=lambda: found.append(self.local_probe(request, here, s.ambient)), daemon=True)
         worker.start()
@@ -152,7 +152,7 @@ class RuntimeActions(Watching):
         the preflight, and no server program starts before release_deployments. Followers of a
         replica whose port its leader chooses start once the leader has published it (in
         deployments_ready). Multi-node replicas first: their followers wait on the leader's port."""
-        p = self.s.prepared
+        p = self.session.prepared
         for unit in sorted(p.placement, key=lambda u: -len(u.nodes)):
             for spec in p.specs[unit.name]:
                 if needs_port(spec):
@@ -165,7 +165,7 @@ class RuntimeActions(Watching):
     # preflight -> deploying
     def release_deployments(self) -> None:
         """The preflights passed: every held step goes on, and each replica's readiness deadline starts."""
-        s, p = self.s, self.s.prepared
+        s, p = self.session, self.session.prepared
         s.gate.check()
         p.runner.release(list(self.started))
         self.released = True
@@ -179,7 +179,7 @@ class RuntimeActions(Watching):
     def deployments_ready(self) -> bool:
         """Every round: probe all waiting replicas side by side; confirm the identity of all that
         answered healthy in one on-node step; fail a replica past its deadline."""
-        s, p = self.s, self.s.prepared
+        s, p = self.session, self.session.prepared
         waiting = [u for u in p.placement if self.readiness.state(u.name) != "ready"]
         cleanup_module()  # imported while the servers load (the supervisor waits anyway), not before they start
         with ThreadPoolExecutor(PROBE_THREADS) as pool:
@@ -198,10 +198,10 @@ class RuntimeActions(Watching):
         return True
 
     def _past_deadline(self, waiting: list[Placed]) -> None:
-        now = self.s.clock.monotonic()
+        now = self.session.clock.monotonic()
         late = next((u for u in waiting if now > self.deadlines[u.name]), None)
         if late is not None:
-            timeout = self.s.deployment(late.deployment).ready_timeout_s
+            timeout = self.session.deployment(late.deployment).ready_timeout_s
             self.readiness.move(late.name, "failed", detail="not healthy before ready_timeout_s")
             raise AttemptFailure("readiness_timeout", f"{late.name} not healthy within {timeout:g}s",
                                  outcome="timed_out")
@@ -209,26 +209,26 @@ class RuntimeActions(Watching):
     # deploying, ready -> client: the gateway in front of every replica
     def launch_gateway(self) -> None:
         """Started while the servers load; it serves nothing until route_gateway writes its config."""
-        s, p = self.s, self.s.prepared
+        s, p = self.session, self.session.prepared
         gateway_step.withdraw_config(s.dir)
         self._start(gateway_step.gateway_spec(p.plan, p.alloc.batch_node, s.layout, p.runner.interpreter,
                                               p.runner.entry, s.dir / files.GATEWAY_CONFIG))
 
     def route_gateway(self) -> None:
-        p = self.s.prepared
-        gateway_step.write_config(p.plan, p.placement, self.replica_urls(), self.s.dir)
+        p = self.session.prepared
+        gateway_step.write_config(p.plan, p.placement, self.replica_urls(), self.session.dir)
 
     def gateway_serving(self) -> bool:
-        deadline, runner = self.s.clock.monotonic() + gateway_step.START_TIMEOUT_S, self.s.prepared.runner
+        deadline, runner = self.session.clock.monotonic() + gateway_step.START_TIMEOUT_S, self.session.prepared.runner
         while self.gateway_base is None:
-            self.s.gate.check()
+            self.session.gate.check()
             self.check_alive()
-            self.gateway_base = gateway_step.served_base(self.s.dir, runner.started(gateway_step.GATEWAY_STEP))
-            if self.gateway_base is None and self.s.clock.monotonic() > deadline:
+            self.gateway_base = gateway_step.served_base(self.session.dir, runner.started(gateway_step.GATEWAY_STEP))
+            if self.gateway_base is None and self.session.clock.monotonic() > deadline:
                 raise AttemptFailure("gateway_failed", f"the gateway did not serve within "
                                      f"{gateway_step.START_TIMEOUT_S:g}s; see {files.log_ref(gateway_step.GATEWAY_STEP)}")
             if self.gateway_base is None:
-                self.s.clock.sleep(GATEWAY_POLL_S)
+                self.session.clock.sleep(GATEWAY_POLL_S)
         return True
 
     def publish_endpoints(self) -> None:
@@ -237,7 +237,7 @@ class RuntimeActions(Watching):
 
     # ready -> client -> finalize
     def launch_client(self) -> None:
-        s, client = self.s, self.s.prepared.plan.client
+        s, client = self.session, self.session.prepared.plan.client
         self._start(s.client_spec(False))
         if client.timeout_s:
             self.client_deadline = s.clock.monotonic() + client.timeout_s
@@ -252,12 +252,12 @@ class RuntimeActions(Watching):
 
     # finalize -> cleanup
     def results_valid(self) -> bool:
-        manifest = validate_result(self.s.results_dir, self.s.prepared.plan.client.result)
-        write_json_atomic(self.s.dir / files.RESULT_MANIFEST, manifest)
+        manifest = validate_result(self.session.results_dir, self.session.prepared.plan.client.result)
+        write_json_atomic(self.session.dir / files.RESULT_MANIFEST, manifest)
         return True
 
     def run_cleanup(self, outcome: str, reason: str) -> None:
-        s = self.s
+        s = self.session
         p = s.prepared_or_none()  # None when preparation failed: cleanup still stops what this process started
         phases = [["client", "preflight", PROBE_STEP], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
         grace = s.cleanup_grace_s(default=10.0)
@@ -273,28 +273,28 @@ class RuntimeActions(Watching):
     # helpers
     def _start(self, spec: StepSpec) -> None:
         """Every launch: a signal that has landed by now starts nothing."""
-        self.s.gate.check()
-        self.s.prepared.runner.start(spec, self.s.passed(spec))
+        self.session.gate.check()
+        self.session.prepared.runner.start(spec, self.session.passed(spec))
 
     def replica_urls(self) -> dict[str, str]:
         """Replica name -> its base URL, for every replica whose port is known (all of them once
         deployments_ready has passed): what a gateway routes each alias to."""
-        placement = self.s.prepared.placement
+        placement = self.session.prepared.placement
         ports = {u.name: self.ports.get(u.name, u.port) for u in placement}
         return {u.name: f"http://{u.leader}:{ports[u.name]}/v1" for u in placement if ports[u.name] is not None}
 
     def publish(self, state: str) -> None:
         """endpoints.json from what is known now; with `gateway_base` set, each alias's `url` is
         the gateway's (endpoints.logical_url)."""
-        p = self.s.prepared
-        publish(self.s.dir / files.ENDPOINTS,
+        p = self.session.prepared
+        publish(self.session.dir / files.ENDPOINTS,
                 endpoint_map(p.plan, p.placement, self.replica_urls(), state, self.gateway_base))
 
     def _healthy(self, waiting: list[Placed], pool: Executor) -> list[Placed]:
         """The waiting replicas whose port is known and whose health path answers now (all probed
         side by side): 200, or 401 when the attempt has a key. These probes never carry the key;
         it goes only to ports the identity check proved ours (replica_checks.proven_problem)."""
-        s = self.s
+        s = self.session
         known = [(u, port) for u in waiting if (port := self._port(u)) is not None]
         probes = each(pool, lambda up: probe_health(up[0].leader, up[1], s.deployment(up[0].deployment).health_path,
                                                     withheld_key=s.api_key), known)
@@ -307,7 +307,7 @@ class RuntimeActions(Watching):
         then its deferred followers start."""
         if unit.name in self.ports:
             return self.ports[unit.name]
-        p = self.s.prepared
+        p = self.session.prepared
         leader = p.specs[unit.name][0]
         record = p.runner.started(leader.name)
         if record is None or record.get("error"):
@@ -330,7 +330,7 @@ class RuntimeActions(Watching):
             return
         self._identity_batches += 1
         try:
-            failed = unproven(self.s, units, self.ports, pool, f"identity-{self._identity_batches}")
+            failed = unproven(self.session, units, self.ports, pool, f"identity-{self._identity_batches}")
         except ValueError as err:
             raise AttemptFailure("launch_failed", str(err)) from None
         if failed is not None:
@@ -345,9 +345,9 @@ class RuntimeActions(Watching):
         raise AttemptFailure("server_identity", f"{unit.name}: port {port} on {unit.leader}: {detail}")
 
     def _finish_readiness(self) -> None:
-        readiness = self._readiness or Readiness.left_by_earlier_run(self.s.dir)
+        readiness = self._readiness or Readiness.left_by_earlier_run(self.session.dir)
         if readiness is not None:
             readiness.finish()
-        p = self.s.prepared_if_any
-        if p is not None and p.placement and (self.s.dir / files.ENDPOINTS).exists():
+        p = self.session.prepared_if_any
+        if p is not None and p.placement and (self.session.dir / files.ENDPOINTS).exists():
             self.publish("withdrawn")

@@ -19,9 +19,9 @@ import attrs
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.runtime.budget import STOP_ALLOWANCE_S, Budget
-from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.node.leftover_scan import record_trees, scan_node
-from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.runtime.process_table import ProcessTable
+from dd_slurm.runtime.step_runner import StepRunner
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.cleanup_report import (
     CleanupReport,

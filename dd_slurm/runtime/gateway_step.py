@@ -14,7 +14,7 @@ from dd_slurm.errors import AttemptFailure
 from dd_slurm.gateway.__main__ import AWAIT_FLAG
 from dd_slurm.plan.placement import Placed
 from dd_slurm.plan.records import Plan
-from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec
+from dd_slurm.runtime.step_specs import DEFAULT_PATH, Layout, StepSpec
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_atomic
 

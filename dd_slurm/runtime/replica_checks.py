@@ -13,7 +13,7 @@ from dd_slurm.plan.placement import Placed
 from dd_slurm.runtime.node.listeners import check_listeners, node_addresses
 from dd_slurm.runtime.probes import ProvenPort, probe_proven, served_models
 from dd_slurm.runtime.replicas import identity_request
-from dd_slurm.runtime.steps import StepSpec
+from dd_slurm.runtime.step_specs import StepSpec
 from dd_slurm.store.atomic import write_json_atomic
 
 if TYPE_CHECKING:

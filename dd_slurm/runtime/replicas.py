@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dd_slurm.runtime.steps import StepSpec
+from dd_slurm.runtime.step_specs import StepSpec
 
 MIN_PORT, MAX_PORT = 1024, 65535
 

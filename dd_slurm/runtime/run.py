@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dd_slurm.clock import Clock
-from dd_slurm.machine import table as T
+from dd_slurm.machine import table
 from dd_slurm.machine.attempt import Attempt
 from dd_slurm.machine.journal import Journal
 from dd_slurm.runtime.actions import RuntimeActions
@@ -25,7 +25,7 @@ from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.timeline import write_timeline
 
 # Where `advance --until` may stop: no process of the attempt runs in these states.
-SAFE_STOPS = tuple(s for s in T.UNTIL_STATES if s not in T.LIVE_STATES)
+SAFE_STOPS = tuple(s for s in table.UNTIL_STATES if s not in table.LIVE_STATES)
 FACTS_DELAY_S = 1.5  # the job's end time and KillWait are fetched once start-up is under way
 
 
@@ -101,13 +101,13 @@ def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: O
     write_supervisor_record(session.dir, "running")
     try:
         attempt = Attempt(RuntimeActions(session, verified_bundle), Journal(session.dir, clock))
-        if attempt.state in T.LIVE_STATES:  # a gone supervisor's processes cannot be adopted
-            attempt.fire(T.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
+        if attempt.state in table.LIVE_STATES:  # a gone supervisor's processes cannot be adopted
+            attempt.fire(table.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
                          detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")
         attempt.advance(until)
         for reason in gate.unheeded():  # journaled as ignored: cleanup was not restarted or aborted
-            attempt.fire(T.FAILURE_TRIGGER, reason=reason)
-        if attempt.state == T.TERMINAL:
+            attempt.fire(table.FAILURE_TRIGGER, reason=reason)
+        if attempt.state == table.TERMINAL:
             write_timeline(session.dir)  # timeline.md: where the time went (never raises)
         return attempt
     finally:

@@ -20,10 +20,10 @@ from dd_slurm.plan.placement import Placed, place_replicas
 from dd_slurm.plan.records import Deployment, Plan
 from dd_slurm.runtime import verify
 from dd_slurm.runtime.context import Allocation
-from dd_slurm.runtime.launch import StepRunner, env_copy
-from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.runtime.process_table import ProcessTable
 from dd_slurm.runtime.signals import SignalGate
-from dd_slurm.runtime.steps import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps
+from dd_slurm.runtime.step_runner import StepRunner, env_copy
+from dd_slurm.runtime.step_specs import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps
 from dd_slurm.scheduler.render import interpreter
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic

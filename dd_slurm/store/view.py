@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dd_slurm.errors import AttemptDirError
-from dd_slurm.machine import table as T
+from dd_slurm.machine import table
 from dd_slurm.machine.journal import current_state, final_entry, read_journal
 from dd_slurm.store import attempt_files as files
 
@@ -86,9 +86,9 @@ def checked_journal(path: Path) -> list[dict[str, Any]]:
     for number, entry in enumerate(entries, 1):
         if not isinstance(entry, dict) or entry.get("kind") not in ("transition", "internal"):
             raise AttemptDirError(f"{path}:{number}: not a journal entry")
-        if entry.get("from") not in T.STATES or entry.get("to") not in T.STATES:
+        if entry.get("from") not in table.STATES or entry.get("to") not in table.STATES:
             raise AttemptDirError(f"{path}:{number}: unknown state {str(entry.get('to'))[:40]!r}")
-        if entry.get("outcome") is not None and entry.get("outcome") not in T.OUTCOMES:
+        if entry.get("outcome") is not None and entry.get("outcome") not in table.OUTCOMES:
             raise AttemptDirError(f"{path}:{number}: unknown outcome {str(entry.get('outcome'))[:40]!r}")
         if not isinstance(entry.get("reason") or "", str):
             raise AttemptDirError(f"{path}:{number}: reason must be text")
@@ -97,8 +97,8 @@ def checked_journal(path: Path) -> list[dict[str, Any]]:
 
 def attempt_summary(directory: Path) -> dict[str, Any]:
     entries = checked_journal(directory / files.JOURNAL)
-    state = current_state(entries, T.INITIAL)
-    end = final_entry(entries) if state == T.TERMINAL else None
+    state = current_state(entries, table.INITIAL)
+    end = final_entry(entries) if state == table.TERMINAL else None
     return {
         "id": directory.name,
         "dir": str(directory),

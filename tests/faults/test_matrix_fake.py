@@ -12,7 +12,7 @@ import pytest
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
-from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.runtime.process_table import ProcessTable
 from dd_slurm.store.cleanup_report import read_report
 from tests.faults.matrix import CELLS, Cell, check_cell_aftermath, wait_for_state
 from tests.runtime.harness import NODES, allocation_env, fake_step_runner, no_leftovers, plan_data, stage_plan, supervisor_argv

@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 
 from dd_slurm.clock import FakeClock
 from dd_slurm.errors import AttemptFailure, MachineError
-from dd_slurm.machine import table as T
+from dd_slurm.machine import table
 from dd_slurm.machine.attempt import Attempt
 from dd_slurm.machine.journal import Journal
 from tests.machine.fakes import ScriptedActions
 from tests.machine.test_table import EXPECTED
 
 ALLOWED_MOVES = {(s, d) for (s, _t), d in EXPECTED.items()}
-behaviours = st.fixed_dictionaries({name: st.sampled_from(["ok", "ok", "false", "raise"]) for name in T.ACTION_NAMES})
-operations = st.lists(st.one_of(st.just("step"), st.sampled_from(T.TRIGGERS)), max_size=30)
+behaviours = st.fixed_dictionaries({name: st.sampled_from(["ok", "ok", "false", "raise"]) for name in table.ACTION_NAMES})
+operations = st.lists(st.one_of(st.just("step"), st.sampled_from(table.TRIGGERS)), max_size=30)
 
 
 def _apply(attempt: Attempt, op: str) -> None:
@@ -41,18 +41,18 @@ def test_random_sequences_stay_in_the_graph_and_end_in_one_cleanup(script, ops) 
         attempt = Attempt(actions, Journal(Path(tmp), FakeClock()))
         for op in ops:
             _apply(attempt, op)
-            assert attempt.state in T.STATES
+            assert attempt.state in table.STATES
         assert "done" == attempt.advance()
         moves = [(e["from"], e["to"]) for e in attempt.journal.entries() if e["kind"] == "transition"]
         assert set(moves) <= ALLOWED_MOVES
         assert all(a[1] == b[0] for a, b in zip(moves, moves[1:])), moves
         assert 1 == sum(1 for _s, d in moves if d == "cleanup")
         assert actions.calls.count("run_cleanup") <= 1
-        assert attempt.outcome in T.OUTCOMES
+        assert attempt.outcome in table.OUTCOMES
 
 
-GUARDS = {e.guard for e in T.FORWARD if e.guard}
-PATH_ACTIONS = [n for n in T.ACTION_NAMES if n != "run_cleanup"]
+GUARDS = {e.guard for e in table.FORWARD if e.guard}
+PATH_ACTIONS = [n for n in table.ACTION_NAMES if n != "run_cleanup"]
 step_behaviours = st.fixed_dictionaries(
     {n: st.sampled_from(["ok", "false", "raise"] if n in GUARDS else ["ok", "raise"]) for n in PATH_ACTIONS}
 )
@@ -72,6 +72,6 @@ def test_step_driver_matches_the_oracle(script) -> None:
         elif script[first_bad] == "raise":
             expected = ("failed", "internal_error", first_bad)
         else:
-            trigger = next(e.trigger for e in T.FORWARD if e.guard == first_bad)
+            trigger = next(e.trigger for e in table.FORWARD if e.guard == first_bad)
             expected = ("failed", f"{trigger}_guard_false", None)
         assert expected == (attempt.outcome, attempt.reason, attempt.detail)

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from dd_slurm.errors import MachineError
-from dd_slurm.machine import table as T
+from dd_slurm.machine import table
 from dd_slurm.machine.attempt import Attempt
 from dd_slurm.machine.journal import Journal
 from tests.machine.fakes import ScriptedActions
@@ -26,14 +26,14 @@ EXPECTED = {
     ("cleanup", "fail"): "cleanup",
     ("done", "fail"): "done",
 }
-PAIRS = list(itertools.product(T.STATES, T.TRIGGERS))
+PAIRS = list(itertools.product(table.STATES, table.TRIGGERS))
 
 
 def test_states_are_the_contract_states_in_order() -> None:
     """The machine's states are exactly the README's, in order, with `done` terminal."""
     expected = ("staged", "verified", "preflight", "deploying", "ready", "client", "finalize", "cleanup", "done")
-    assert expected == T.STATES
-    assert "done" == T.TERMINAL
+    assert expected == table.STATES
+    assert "done" == table.TERMINAL
 
 
 @pytest.mark.parametrize(("state", "trigger"), PAIRS, ids=[f"{s}-{t}" for s, t in PAIRS])
@@ -52,18 +52,19 @@ def test_every_state_trigger_pair(tmp_path, clock, state: str, trigger: str) -> 
 
 def test_table_helper_agrees_with_the_oracle() -> None:
     """`table.next_state` (used by docs and tools) agrees with the hand-written oracle."""
-    assert EXPECTED == {(s, t): T.next_state(s, t) for s, t in PAIRS if T.next_state(s, t)}
+    assert EXPECTED == {(s, t): table.next_state(s, t) for s, t in PAIRS if table.next_state(s, t)}
 
 
 def test_every_state_before_cleanup_has_a_failure_edge() -> None:
     """The contract: every state before cleanup has a failure edge to cleanup."""
-    before = T.STATES[: T.STATES.index("cleanup")]
-    assert {(s, "fail") for s in before} <= {(e.source, e.trigger) for e in T.FAILURES if e.dest == "cleanup"}
+    before = table.STATES[: table.STATES.index("cleanup")]
+    assert {(s, "fail") for s in before} <= {(e.source, e.trigger) for e in table.FAILURES if e.dest == "cleanup"}
 
 
 def test_every_named_callback_exists_on_the_model(tmp_path, clock) -> None:
     """Every guard, action and on-enter name in the table resolves to a callable on an Attempt model."""
-    names = {e.guard for e in T.EDGES} | {e.action for e in T.EDGES} | {n for names in T.ON_ENTER.values() for n in names}
+    names = ({e.guard for e in table.EDGES} | {e.action for e in table.EDGES}
+             | {n for names in table.ON_ENTER.values() for n in names})
     model = Attempt(ScriptedActions(), Journal(tmp_path, clock))
     missing = sorted(n for n in names - {None} if not callable(getattr(model, n, None)))
     assert [] == missing
@@ -74,7 +75,7 @@ def test_happy_path_runs_every_action_once_in_order(tmp_path, clock) -> None:
     actions = ScriptedActions()
     attempt = Attempt(actions, Journal(tmp_path, clock))
     assert "done" == attempt.advance()
-    assert list(T.ACTION_NAMES) == actions.calls
+    assert list(table.ACTION_NAMES) == actions.calls
     assert ("succeeded", "ok") == (attempt.outcome, attempt.reason)
 
 
@@ -121,7 +122,7 @@ def test_the_actions_protocol_is_exactly_the_tables_runtime_names() -> None:
     from dd_slurm.machine.attempt import Actions
 
     declared = {name for name in vars(Actions) if not name.startswith("_")}
-    assert set(T.ACTION_NAMES) == declared
+    assert set(table.ACTION_NAMES) == declared
 
 
 def test_runtime_actions_satisfy_the_protocol() -> None:
@@ -134,11 +135,11 @@ def test_runtime_actions_satisfy_the_protocol() -> None:
     def arity(func) -> int:
         return len(inspect.signature(func).parameters)
 
-    expected = {name: arity(getattr(Actions, name)) for name in T.ACTION_NAMES}
-    actual = {name: arity(getattr(RuntimeActions, name)) for name in T.ACTION_NAMES if hasattr(RuntimeActions, name)}
+    expected = {name: arity(getattr(Actions, name)) for name in table.ACTION_NAMES}
+    actual = {name: arity(getattr(RuntimeActions, name)) for name in table.ACTION_NAMES if hasattr(RuntimeActions, name)}
     assert expected == actual
 
 
 def test_live_states_run_from_the_first_launch_to_cleanup() -> None:
     """The states in which only a live supervisor can account for processes come from the table."""
-    assert ("preflight", "deploying", "ready", "client", "finalize") == T.LIVE_STATES
+    assert ("preflight", "deploying", "ready", "client", "finalize") == table.LIVE_STATES

@@ -141,7 +141,7 @@ def no_leftovers(attempt_id: str) -> list[dict]:
 def fake_step_runner(staged, table, clock: Clock, bin_dir: Path):
     """The step runner a supervisor of `staged` would have, on the fake srun in `bin_dir` (job 4242)."""
     from dd_slurm.bundle.manifest import entry_sha256
-    from dd_slurm.runtime.launch import StepRunner
+    from dd_slurm.runtime.step_runner import StepRunner
     from dd_slurm.scheduler.render import interpreter
 
     return StepRunner(table=table, clock=clock, attempt_dir=staged.attempt_dir, srun=str(Path(bin_dir) / "srun"),

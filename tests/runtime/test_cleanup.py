@@ -8,7 +8,7 @@ import sys
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
-from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.runtime.process_table import ProcessTable
 from dd_slurm.runtime.run import run_attempt
 from dd_slurm.store.cleanup_report import read_report
 from tests.runtime.harness import NODES as FAKE_NODES

@@ -62,7 +62,7 @@ def test_key_and_forwarded_secret_reach_only_environments(tmp_path, fake_slurm) 
     marker = "hf-marker-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
     attempt, staged = run(tmp_path, fake_slurm, auth_client(plan_data("replicas")), nodes=("127.0.2.1", "127.0.2.2"),
                           HF_TOKEN=marker)
-    key = attempt.actions.s.api_key
+    key = attempt.actions.session.api_key
     auth = read(staged.attempt_dir, "results/auth.json")
     assert ("succeeded", 401, 401, 200) == (attempt.outcome, auth["without"], auth["wrong"], auth["mine"])
     assert (hashlib.sha256(key.encode()).hexdigest(), hashlib.sha256(marker.encode()).hexdigest()) == \

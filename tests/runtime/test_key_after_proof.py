@@ -18,7 +18,7 @@ from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan.placement import Placed
 from dd_slurm.runtime.actions import RuntimeActions
 from dd_slurm.runtime.node.procfs import start_time
-from dd_slurm.runtime.steps import StepSpec
+from dd_slurm.runtime.step_specs import StepSpec
 from dd_slurm.store.readiness import Readiness
 
 pytestmark = pytest.mark.timeout(30)

@@ -14,7 +14,7 @@ from dd_slurm.runtime.node.listeners import check_listener, parse_hex_address, r
 from dd_slurm.runtime.node.procfs import start_time
 from dd_slurm.runtime.node.stepexec import choose_port, launch_plan
 from dd_slurm.runtime.replicas import identity_request, published_port
-from dd_slurm.runtime.steps import StepSpec
+from dd_slurm.runtime.step_specs import StepSpec
 
 LISTEN = (
     "import socket, sys, time\n"

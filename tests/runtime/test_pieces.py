@@ -21,7 +21,7 @@ from dd_slurm.runtime.node.stepexec import step_environment
 from dd_slurm.runtime.parquet_rows import parquet_num_rows
 from dd_slurm.runtime.results import validate_result
 from dd_slurm.runtime.signals import SignalGate
-from dd_slurm.runtime.steps import Layout, replica_steps, srun_argv
+from dd_slurm.runtime.step_specs import Layout, replica_steps, srun_argv
 from dd_slurm.store.readiness import Readiness, ReadinessError, is_terminal, validate_record
 from tests.conftest import FIXTURES, PLANS
 
@@ -220,7 +220,7 @@ def test_signals_during_spawns_never_leave_an_untracked_child(tmp_path) -> None:
     import sys
 
     from dd_slurm.clock import Clock
-    from dd_slurm.runtime.processes import ProcessTable
+    from dd_slurm.runtime.process_table import ProcessTable
 
     gate = SignalGate().install()
     flood = subprocess.Popen([sys.executable, "-c", (

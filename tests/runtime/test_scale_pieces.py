@@ -18,7 +18,7 @@ from dd_slurm.errors import InvalidInput
 from dd_slurm.plan.placement import Placed
 from dd_slurm.runtime.node.listeners import check_listener, check_listeners
 from dd_slurm.runtime.node.stepexec import which
-from dd_slurm.runtime.processes import ProcessTable
+from dd_slurm.runtime.process_table import ProcessTable
 from dd_slurm.runtime.replica_checks import identity_problem
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.store.readiness import Readiness

@@ -6,9 +6,9 @@ import pytest
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.cleanup import Cleanup
-from dd_slurm.runtime.launch import StepRunner
 from dd_slurm.runtime.session import Session
 from dd_slurm.runtime.signals import SignalGate
+from dd_slurm.runtime.step_runner import StepRunner
 from dd_slurm.scheduler.commands import SlurmCommands
 from tests.runtime.harness import plan_data, stage_plan
 

@@ -95,4 +95,4 @@ def test_a_failure_with_no_signal_is_the_failure_after_the_grace(tmp_path, site)
     actions = actions_for(tmp_path, None)
     with pytest.raises(AttemptFailure) as failure:
         SITES[site][0](actions)
-    assert (SITES[site][1], True) == (failure.value.reason, actions.s.clock.slept >= SIGNAL_GRACE_S)
+    assert (SITES[site][1], True) == (failure.value.reason, actions.session.clock.slept >= SIGNAL_GRACE_S)

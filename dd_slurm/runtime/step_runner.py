@@ -13,8 +13,8 @@ import attrs
 
 from dd_slurm.clock import Clock
 from dd_slurm.runtime.node.stepexec import RELEASE
-from dd_slurm.runtime.processes import ProcessTable, Tracked
-from dd_slurm.runtime.steps import StepSpec, node_command_argv, srun_argv
+from dd_slurm.runtime.process_table import ProcessTable, Tracked
+from dd_slurm.runtime.step_specs import StepSpec, node_command_argv, srun_argv
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 
