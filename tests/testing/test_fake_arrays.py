@@ -80,8 +80,12 @@ def test_cancelling_the_array_ends_running_tasks_and_pending_never_start(fake_sl
 
 
 def test_a_pending_task_cancelled_alone_vanishes_and_the_next_one_runs(fake_slurm, tmp_path) -> None:
-    """scancel J_2 while it is pending: Slurm 22.05 keeps no record of it; tasks 0, 1, 3 run."""
-    job = submit(fake_slurm, tmp_path, "sleep 0.3", "0-3%2")
+    """scancel J_2 while it is pending: Slurm 22.05 keeps no record of it; tasks 0, 1, 3 run.
+    Tasks 0 and 1 hold both slots until the scancel is done (they wait for a file the test makes
+    after it): with a fixed sleep, a loaded machine could start task 2 before the scancel came."""
+    go = tmp_path / "go"
+    job = submit(fake_slurm, tmp_path, f"while [ ! -e {go} ]; do sleep 0.05; done", "0-3%2")
     tool(fake_slurm, "scancel", f"{job}_2")
+    go.touch()
     rows = wait_for(lambda: (r := squeue(fake_slurm, job)) and all(x.raw_state == "COMPLETED" for x in r) and r)
     assert ["0", "1", "3"] == [r.task for r in rows]
