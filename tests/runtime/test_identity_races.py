@@ -8,7 +8,7 @@ import ipaddress
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -181,15 +181,6 @@ def _start(code: str, *args: str) -> tuple[subprocess.Popen, int]:
     popen = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
                              start_new_session=True)
     return popen, int(popen.stdout.readline())
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen]]:
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for popen in procs:
-        popen.kill()
-        popen.wait()
 
 
 def _request(popen: subprocess.Popen, port: int) -> dict:

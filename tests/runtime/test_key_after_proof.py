@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,15 +45,6 @@ RECORDER = (  # argv: record file, key it wants ('' : none); 200 to all, model l
 UNIT = Placed("small", ("127.0.0.1",), (0,), 0)
 LEADER = StepSpec(name="deploy-small-0", node="127.0.0.1", argv=("x",), values={}, env={}, deployment="small",
                   choose_port=True)
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen]]:
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for popen in procs:
-        popen.kill()
-        popen.wait()
 
 
 def recorder(started: list[subprocess.Popen], record: Path, wanted_key: str = "") -> tuple[subprocess.Popen, int]:
