@@ -13,7 +13,7 @@ import pytest
 
 from dd_slurm import console
 from dd_slurm.cli import main as cli_main
-from tests.test_control import fake_job, journal_to, staged
+from tests.control.test_submit_status import fake_job, journal_to, staged
 
 SETTLED = [  # how the attempt got where it is: journal states, outcome, reason, sacct's state
     (("verified", "preflight", "deploying", "ready", "client", "finalize", "cleanup", "done"), "succeeded", "ok",

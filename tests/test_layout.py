@@ -108,3 +108,17 @@ def test_the_cycle_finder_sees_a_cycle_through_a_package_and_ignores_lazy_import
     edges = graph({"a": "import b.c\n", "b": "", "b.c": "from a import x\n",
                    "d": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\ndef f():\n    import a\n"})
     assert ([["a", "b.c", "a"]], set()) == (cycles(edges), edges["d"])
+
+
+TEST_ONLY_FOLDERS = {"slurm", "bench", "faults"}  # real-cluster tests, benchmarks, the fault matrix
+
+
+def test_the_tests_mirror_the_package() -> None:
+    """Every test folder is one of the package's folders (at the same path) or a test-only one,
+    and every top-level test file tests a top-level module or the repository itself."""
+    tests = ROOT / "tests"
+    folders = {p.parent.relative_to(tests) for p in tests.rglob("test_*.py")} - {Path(".")}
+    strays = {f for f in folders if f.parts[0] not in TEST_ONLY_FOLDERS and not (PACKAGE / f).is_dir()}
+    top = {p.stem.removeprefix("test_") for p in tests.glob("test_*.py")}
+    modules = {p.stem for p in PACKAGE.glob("*.py")} | {"cli_inputs", "readme", "layout"}
+    assert (set(), set()) == (strays, top - modules)

@@ -12,7 +12,6 @@ row checked for shape, and a row that does not fit is read from the attempt dir 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,8 +20,7 @@ from typing import Any, NamedTuple, Optional
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, sync_filesystem, write_atomic
-from dd_slurm.store.attempt_record import update_record
-from dd_slurm.store.run_record import shard_submission
+from dd_slurm.store.attempt_record import read_record, update_record
 
 CACHE_NAME = ".list-cache.json"
 ROW_KEYS = ("id", "run", "shard", "state", "outcome", "reason", "job_id", "job_state", "effective", "since")
@@ -46,15 +44,11 @@ class Entry(NamedTuple):
 
     @property
     def submitted_at(self) -> Optional[float]:
-        value = self.record.get("submitted_at")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        return None
+        return self.record.get("submitted_at")  # validated by read_record (absent from a problem row)
 
     @property
     def shard(self) -> Optional[dict]:
-        shard = self.record.get("shard")
-        return shard if isinstance(shard, dict) else None
+        return self.record.get("shard")
 
 
 def journal_summary(path: Path) -> tuple[str, Optional[str], Optional[str]]:
@@ -86,18 +80,7 @@ def read_entry(directory: Path, runs: Optional[dict[str, dict]] = None) -> Entry
     """Journal summary plus the attempt record (a shard's job id comes from its run; `runs`
     caches run records); a malformed file raises AttemptDirError naming it."""
     state, outcome, reason = journal_summary(directory / files.JOURNAL)
-    path = directory / files.RECORD
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise AttemptDirError(f"{directory}: no {files.RECORD} (not staged by dd-slurm?)") from None
-    except (OSError, ValueError) as err:
-        raise AttemptDirError(f"{path}: unreadable attempt record ({err})") from None
-    if not isinstance(record, dict):
-        raise AttemptDirError(f"{path}: not an attempt record")
-    if record.get("shard") and not record.get("job_id"):
-        record.update(shard_submission(directory, record, {} if runs is None else runs))
-    return Entry(directory.name, directory, state, outcome, reason, record)
+    return Entry(directory.name, directory, state, outcome, reason, read_record(directory, runs))
 
 
 def entry_or_problem(directory: Path, runs: dict[str, dict]) -> Entry:

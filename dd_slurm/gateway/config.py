@@ -89,12 +89,16 @@ def for_attempt(attempt_dir: str, models: dict[str, list[dict]], max_inflight: d
 
 @attrs.frozen(kw_only=True)
 class Listen:
+    """Where the gateway listens: the client's node and a port (0: one the kernel picks)."""
+
     host: str
     port: int
 
 
 @attrs.frozen(kw_only=True)
 class AliasSpec:
+    """One model alias: the replicas its requests are spread over."""
+
     replicas: tuple[ReplicaTarget, ...]
 
 

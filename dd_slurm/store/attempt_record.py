@@ -20,62 +20,139 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
+import attrs
+
 from dd_slurm.errors import AttemptDirError
+from dd_slurm.plan.fields import FieldError, check_text
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
+from dd_slurm.store.converter import CONVERTER, free_text, register_record, structure_record
+from dd_slurm.store.run_record import CancelRequest, Submission
 
 MAX_OBSERVATIONS = 50
 JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,7})?\Z", re.ASCII)
-_TIMES = ("submitted_at", "last_seen", "staged_at")
 
 
-def read_record(attempt_dir: str | Path) -> dict[str, Any]:
+@attrs.frozen(kw_only=True)
+class Observed:
+    """One scheduler observation as `status` persists it (scheduler/observe.Observation), timed."""
+
+    time: float
+    state: str
+    terminal: bool
+    job_id: Optional[str] = None
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    raw_state: Optional[str] = None
+    source: str = "none"
+    reason: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class ShardOf:
+    """A shard's place in its run: the run's id, its task index and the number of shards."""
+
+    run_id: str
+    index: int
+    count: int
+
+
+@attrs.frozen(kw_only=True)
+class AttemptRecord:
+    """attempt.json: written at staging, then by submit, status, list and cancel. Every field is
+    optional, so a record from an earlier step (or a hand-made fixture) still reads."""
+
+    job_id: Optional[str] = None
+    submitted_at: Optional[float] = None
+    last_seen: Optional[float] = None
+    observations: tuple[Observed, ...] = ()
+    cancel_requests: tuple[CancelRequest, ...] = ()
+    attempt_id: Optional[str] = None
+    plan_digest: Optional[str] = None
+    bundle_digest: Optional[str] = None
+    bundle_dir: Optional[str] = None
+    job_name: Optional[str] = None
+    staged_at: Optional[float] = None
+    reconcile_deadline_s: Optional[float] = None
+    shard: Optional[ShardOf] = None
+    array_job_id: Optional[str] = None
+    submit_started_at: Optional[float] = None
+    submit_error: Optional[str] = None
+    submission: Optional[Submission] = None
+
+
+def _job_id(value: Any, _type: Any) -> Optional[str]:
+    if value is not None and type(value) is not str:
+        raise FieldError("must be a string")
+    if value is not None and not JOB_ID.match(value):
+        raise FieldError(f"{value[:40]!r} is not a Slurm job id")
+    return value
+
+
+def _time(value: Any, _type: Any = None) -> Optional[float]:
+    """A wall-clock time or a duration: a finite number (JSON's NaN and Infinity are not)."""
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise FieldError("must be a finite number")
+    return float(value)
+
+
+def _state(value: Any, _type: Any) -> str:
+    """A job state word (a scheduler JobState member, a str, or its value read back), as plain
+    text; the vocabulary is not checked here: a settled `status` does not import the scheduler."""
+    if not isinstance(value, str):
+        raise FieldError("must be a string")
+    check_text(value)
+    return str(value)
+
+
+def _positive(value: Any, _type: Any) -> Optional[float]:
+    number = _time(value)
+    if number is not None and number <= 0:
+        raise FieldError("must be positive")
+    return number
+
+
+def _optional_text(value: Any, _type: Any) -> Optional[str]:
+    return None if value is None else free_text(value)
+
+
+register_record(Observed, time=_time, state=_state, raw_state=_optional_text, reason=_optional_text)
+def _shard_in_run(shard: ShardOf) -> None:
+    if not 0 <= shard.index < shard.count:
+        raise FieldError(f"index {shard.index} is not below its count {shard.count}")
+
+
+register_record(ShardOf, whole=_shard_in_run)
+register_record(AttemptRecord, job_id=_job_id, array_job_id=_job_id, reconcile_deadline_s=_positive,
+                submit_error=_optional_text, **dict.fromkeys(("submitted_at", "last_seen", "staged_at",
+                                                              "submit_started_at"), _time))
+
+
+def read_record(attempt_dir: str | Path, runs: Optional[dict[str, dict]] = None) -> dict[str, Any]:
+    """attempt.json validated, in its JSON form (every field present); a shard's job id is
+    taken from its run's record until the shard's own record has one (`runs` caches run records
+    by id, for callers reading many shards)."""
     path = Path(attempt_dir) / files.RECORD
     try:
-        record = json.loads(path.read_bytes())
+        data = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise AttemptDirError(f"{attempt_dir}: no {files.RECORD} (not staged by dd-slurm?)") from None
     except (OSError, ValueError, RecursionError) as err:
         raise AttemptDirError(f"{path}: unreadable attempt record ({_short(err)})") from None
-    record = checked_record(record, path)
-    if record.get("shard") and not record.get("job_id"):
+    record = checked_record(data, path)
+    if record["shard"] and not record["job_id"]:
         from dd_slurm.store.run_record import shard_submission
 
-        record.update(shard_submission(Path(attempt_dir), record))  # a shard's job id is on its run
-        record = checked_record(record, path)
+        record = checked_record({**record, **shard_submission(Path(attempt_dir), record, runs)}, path)
     return record
 
 
-def checked_record(record: Any, path: Path | str = files.RECORD) -> dict[str, Any]:
-    """The record if it has the shape dd-slurm writes; AttemptDirError naming the field otherwise."""
-    if not isinstance(record, dict):
-        raise AttemptDirError(f"{path}: not an attempt record (a JSON object was expected)")
-    job_id = record.get("job_id")
-    if job_id is not None and not (isinstance(job_id, str) and JOB_ID.match(job_id)):
-        raise AttemptDirError(f"{path}: job_id {str(job_id)[:40]!r} is not a Slurm job id")
-    for name in _TIMES:
-        _number(record, name, path, optional=True)
-    deadline = _number(record, "reconcile_deadline_s", path, optional=True)
-    if deadline is not None and deadline <= 0:
-        raise AttemptDirError(f"{path}: reconcile_deadline_s must be positive")
-    for name in ("observations", "cancel_requests"):
-        items = record.setdefault(name, [])
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise AttemptDirError(f"{path}: {name} must be a list of objects")
-    for index, obs in enumerate(record["observations"]):
-        _number(obs, "time", f"{path}: observations[{index}]", optional=False)
-        if not isinstance(obs.get("state"), str) or not isinstance(obs.get("terminal"), bool):
-            raise AttemptDirError(f"{path}: observations[{index}] has no state")
-    return record
-
-
-def _number(record: dict, name: str, path: Path | str, optional: bool) -> Optional[float]:
-    value = record.get(name)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise AttemptDirError(f"{path}: {name} must be a finite number")
-    return float(value)
+def checked_record(data: Any, path: Path | str = files.RECORD) -> dict[str, Any]:
+    """`data` as the one converter structures an AttemptRecord, in its JSON form; an
+    AttemptDirError naming the file and the first wrong field otherwise."""
+    return CONVERTER.unstructure(structure_record(data, AttemptRecord, str(path), "an attempt record"))
 
 
 def _short(err: BaseException) -> str:
@@ -91,7 +168,7 @@ def update_record(attempt_dir: Path, durable: bool = True) -> Iterator[dict[str,
         record = read_record(attempt_dir)
         yield record
         record["observations"] = record.get("observations", [])[-MAX_OBSERVATIONS:]
-        write_atomic(Path(attempt_dir) / files.RECORD, dump_json(record), durable=durable)
+        write_atomic(Path(attempt_dir) / files.RECORD, dump_json(checked_record(record)), durable=durable)
 
 
 def add_observation(record: dict[str, Any], now: float, observation: dict[str, Any]) -> None:
@@ -114,5 +191,5 @@ def settled(record: dict[str, Any]) -> Optional[dict[str, Any]]:
 
 
 def new_record(**fields: Any) -> bytes:
-    return dump_json({"job_id": None, "submitted_at": None, "last_seen": None, "observations": [],
-                      "cancel_requests": [], **fields})
+    """A staged attempt's first record (structured first: a field staging got wrong raises here)."""
+    return dump_json(checked_record(fields))

@@ -58,6 +58,8 @@ class Leftover:
 
 @attrs.frozen(kw_only=True)
 class Killed:
+    """A leftover process cleanup killed, by pid and node."""
+
     pid: int
     node: str
 

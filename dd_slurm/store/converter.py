@@ -51,16 +51,21 @@ def read_record_file(path: Path, kind: type[R], what: str) -> Optional[R]:
     return None if data is None else structure_record(data, kind, str(path), what)
 
 
-def register_record(kind: type, **hooks: Callable[[Any, Any], Any]) -> None:
+def register_record(kind: type, whole: Optional[Callable[[Any], None]] = None,
+                    **hooks: Callable[[Any, Any], Any]) -> None:
     """Structure `kind` from a JSON object only (anything else: "must be an object"), its fields
-    named in `hooks` by those struct hooks."""
+    named in `hooks` by those struct hooks; `whole`, when given, checks what holds across fields
+    of the structured record (raising FieldError)."""
     overrides: dict[str, Any] = {name: override(struct_hook=hook) for name, hook in hooks.items()}
     fields: Callable[[Any, Any], Any] = make_dict_structure_fn(kind, CONVERTER, **overrides)
 
     def structure(value: Any, _type: Any) -> Any:
         if not isinstance(value, dict):
             raise FieldError("must be an object")
-        return fields(value, kind)
+        record = fields(value, kind)
+        if whole is not None:
+            whole(record)
+        return record
 
     CONVERTER.register_structure_hook(kind, structure)
 

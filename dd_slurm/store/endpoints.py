@@ -25,6 +25,8 @@ STATES = ("planned", "ready", "withdrawn")
 
 @attrs.frozen(kw_only=True)
 class ReplicaEndpoint:
+    """One replica behind an alias: its deployment, index and own base URL (null until known)."""
+
     deployment: str
     replica: int
     base_url: Optional[str]
@@ -32,6 +34,8 @@ class ReplicaEndpoint:
 
 @attrs.frozen(kw_only=True)
 class ModelEndpoint:
+    """One model alias: its logical URL (the gateway's) and its replicas."""
+
     url: Optional[str]
     replicas: tuple[ReplicaEndpoint, ...]
 

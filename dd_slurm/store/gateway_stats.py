@@ -43,6 +43,8 @@ class ReplicaStats:
 
 @attrs.frozen(kw_only=True)
 class Rejected:
+    """429 answers by cause: the alias's queue was full, or a request waited past queue_timeout_s."""
+
     queue_full: int
     queue_timeout: int
 
@@ -60,6 +62,8 @@ class AliasStats:
 
 @attrs.frozen(kw_only=True)
 class Connections:
+    """Client connections: open now, refused at max_connections, closed by the header or idle timeout."""
+
     open: int
     refused_at_limit: int
     header_timeout: int

@@ -41,14 +41,13 @@ def select_shard(path: str | Path, environ: Mapping[str, str]) -> Path:
 
 def shard_of(record: Mapping[str, Any], environ: Mapping[str, str],
              expected: Optional[tuple[str, int]] = None) -> tuple[int, int]:
-    """(shard index, number of shards) of an attempt record, validated; (0, 1) for a plain attempt.
-    Inside an array task the index must be the task's own."""
+    """(shard index, number of shards) of an attempt record as read_record returns it (the index
+    below its count); (0, 1) for a plain attempt. Inside an array task the index must be the
+    task's own, and with `expected` (run id, index) the record must name that shard."""
     shard = record.get("shard")
     if shard is None:
         return 0, 1
-    index, count = shard.get("index") if isinstance(shard, dict) else None, (shard or {}).get("count")
-    if type(index) is not int or type(count) is not int or not 0 <= index < count:
-        raise AttemptDirError(f"{files.RECORD}: shard {shard!r} is not an index below its count")
+    index, count = shard["index"], shard["count"]  # 0 <= index < count: read_record checked it
     if expected and (shard.get("run_id"), index) != expected:
         raise AttemptDirError(f"{files.RECORD}: shard {shard!r} is not shard {expected[1]} of run {expected[0]}")
     task = environ.get("SLURM_ARRAY_TASK_ID")

@@ -204,10 +204,10 @@ def markdown(tl: Timeline) -> str:
 
 def load(attempt_dir: Path) -> Timeline:
     from dd_slurm.machine.journal import read_journal
-    from dd_slurm.store.view import read_json, read_readiness
+    from dd_slurm.store.view import read_attempt_record, read_json, read_readiness
 
     d = Path(attempt_dir)
-    return build(d.name, read_json(d / files.RECORD), read_journal(d / files.JOURNAL), read_readiness(d / files.READINESS),
+    return build(d.name, read_attempt_record(d), read_journal(d / files.JOURNAL), read_readiness(d / files.READINESS),
                  read_json(d / files.PROCESSES), read_json(d / files.SUPERVISOR), read_json(d / files.PLAN))
 
 

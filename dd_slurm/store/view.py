@@ -108,11 +108,20 @@ def attempt_summary(directory: Path) -> dict[str, Any]:
     }
 
 
+def read_attempt_record(directory: Path) -> Optional[dict[str, Any]]:
+    """attempt.json through its converter (store/attempt_record), in its JSON form; None when absent."""
+    from dd_slurm.store.attempt_record import checked_record
+
+    path = directory / files.RECORD
+    data = read_json(path)
+    return None if data is None else checked_record(data, path)
+
+
 def inspect_attempt(directory: Path) -> dict[str, Any]:
     """A superset of `status --json`, read from disk only: `scheduler` is the last persisted
     observation (no scheduler call)."""
     entries = checked_journal(directory / files.JOURNAL)
-    record = read_json(directory / files.RECORD)
+    record = read_attempt_record(directory)
     observations = (record or {}).get("observations") or []
     last = {k: v for k, v in observations[-1].items() if k != "time"} if observations else None
     return {

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.control.test_shards_fake import journal, max_overlap
 from tests.runtime.harness import plan_data
 from tests.slurm import real_attempt
-from tests.test_shards_fake import journal, max_overlap
 
 EXE = real_attempt.EXE
 
