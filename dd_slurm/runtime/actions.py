@@ -3,7 +3,6 @@ Launch actions return at once; guards wait against absolute deadlines and raise 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from types import ModuleType
@@ -13,7 +12,7 @@ from attrs import evolve
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan.placement import Placed
-from dd_slurm.runtime import gateway_step, verify
+from dd_slurm.runtime import gateway_step, verify, waits
 from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import endpoint_map, publish
@@ -22,9 +21,8 @@ from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import published_port
 from dd_slurm.runtime.results import validate_result
-from dd_slurm.runtime.session import Session
+from dd_slurm.runtime.session import NotPrepared, Session
 from dd_slurm.runtime.step_specs import StepSpec, needs_port, with_port
-from dd_slurm.runtime.watching import Watching
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness
@@ -54,10 +52,16 @@ def cleanup_module() -> ModuleType:
     return cleanup
 
 
-class RuntimeActions(Watching):
+class RuntimeActions:
+    """The session, the deployment steps started, the readiness record, and what the actions
+    learn on the way (ports, deadlines, the gateway's address)."""
+
     def __init__(self, session: Session, verified_bundle: Optional[tuple[str, str]] = None,
                  local_probe: Callable[[dict, str, Mapping[str, str]], dict] = probe_answer) -> None:
-        super().__init__(session)
+        self.session = session
+        self._readiness: Optional[Readiness] = None  # created by ensure_readiness, once prepared
+        self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order (held until released)
+        self.released = False  # whether release_deployments has let the held steps go on
         self.verified_bundle = verified_bundle  # (dir, digest) the entry point verified in this process
         self.local_probe = local_probe  # this node's probe answer (request, node, environment)
         self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
@@ -113,7 +117,7 @@ class RuntimeActions(Watching):
         limit = self.session.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
         code = self._wait_exit("preflight", self.session.clock.monotonic() + limit, "preflight_timeout")
         if code != 0:
-            raise self._unless_signalled(
+            raise waits.unless_signalled(self.session,
                 AttemptFailure("preflight_failed", f"client preflight exited {code}; see {files.log_ref('preflight')}"))
         return True
 
@@ -124,7 +128,7 @@ class RuntimeActions(Watching):
         here = s.ambient.get("SLURMD_NODENAME")
         answers: dict[str, dict] = {}
         if PROBE_STEP in s.table.procs:
-            self._exit_by(PROBE_STEP, self.probe_deadline)
+            waits.wait_exit(s, PROBE_STEP, self.probe_deadline, self.check_alive)
             answers, problem = s.prepared.runner.node_answers(PROBE_STEP, s.clock.monotonic())
             if problem and not answers:
                 raise AttemptFailure("probe_failed", problem)
@@ -138,14 +142,10 @@ class RuntimeActions(Watching):
         """This node's answer, worked out in a daemon thread: a lookup that hangs (a stale mount
         under a program's path, a stalled resolver) ends at the probe's deadline, as a probe step
         would (None: the node did not answer), and a signal still decides first."""
-        s, found = self.session, []
+        s = self.session
         request = read_json(str(files.probe_request(s.dir)))
-        worker = threading.Thread(target=lambda: found.append(self.local_probe(request, here, s.ambient)), daemon=True)
-        worker.start()
-        while worker.is_alive() and (self.probe_deadline is None or s.clock.monotonic() < self.probe_deadline):
-            s.gate.check()
-            s.clock.sleep(LOCAL_PROBE_POLL_S)
-        return found[0] if found else None
+        return waits.wait_in_thread(s, lambda: self.local_probe(request, here, s.ambient), self.probe_deadline,
+                                    LOCAL_PROBE_POLL_S)
 
     def launch_deployments(self) -> None:
         """Every replica's steps, held: srun, the launcher's start-up and its bundle check overlap
@@ -182,20 +182,22 @@ class RuntimeActions(Watching):
         s, p = self.session, self.session.prepared
         waiting = [u for u in p.placement if self.readiness.state(u.name) != "ready"]
         cleanup_module()  # imported while the servers load (the supervisor waits anyway), not before they start
-        with ThreadPoolExecutor(PROBE_THREADS) as pool:
-            while waiting:
-                s.gate.check()
-                self.check_alive()
-                with self.readiness.batch():
-                    healthy = self._healthy(waiting, pool)
-                    self._confirm_identities(healthy, pool)
-                    done = {u.name for u in healthy}
-                    waiting = [u for u in waiting if u.name not in done]
-                    self._past_deadline(waiting)
-                if waiting:
-                    s.clock.sleep(readiness_poll_s(len(waiting)))
+        if waiting:
+            with ThreadPoolExecutor(PROBE_THREADS) as pool:
+                waits.wait_until(lambda: self._readiness_round(waiting, pool), None, s.clock,
+                                 lambda: readiness_poll_s(len(waiting)), check=self._signal_or_exit)
         s.gate.check()
         return True
+
+    def _readiness_round(self, waiting: list[Placed], pool: Executor) -> Optional[bool]:
+        """One round: the replicas that became ready leave `waiting`; True once none is left."""
+        with self.readiness.batch():
+            healthy = self._healthy(waiting, pool)
+            self._confirm_identities(healthy, pool)
+            done = {u.name for u in healthy}
+            waiting[:] = [u for u in waiting if u.name not in done]
+            self._past_deadline(waiting)
+        return None if waiting else True
 
     def _past_deadline(self, waiting: list[Placed]) -> None:
         now = self.session.clock.monotonic()
@@ -219,16 +221,13 @@ class RuntimeActions(Watching):
         gateway_step.write_config(p.plan, p.placement, self.replica_urls(), self.session.dir)
 
     def gateway_serving(self) -> bool:
-        deadline, runner = self.session.clock.monotonic() + gateway_step.START_TIMEOUT_S, self.session.prepared.runner
-        while self.gateway_base is None:
-            self.session.gate.check()
-            self.check_alive()
-            self.gateway_base = gateway_step.served_base(self.session.dir, runner.started(gateway_step.GATEWAY_STEP))
-            if self.gateway_base is None and self.session.clock.monotonic() > deadline:
-                raise AttemptFailure("gateway_failed", f"the gateway did not serve within "
-                                     f"{gateway_step.START_TIMEOUT_S:g}s; see {files.log_ref(gateway_step.GATEWAY_STEP)}")
-            if self.gateway_base is None:
-                self.session.clock.sleep(GATEWAY_POLL_S)
+        s, runner = self.session, self.session.prepared.runner
+        self.gateway_base = waits.wait_until(
+            lambda: gateway_step.served_base(s.dir, runner.started(gateway_step.GATEWAY_STEP)),
+            s.clock.monotonic() + gateway_step.START_TIMEOUT_S, s.clock, GATEWAY_POLL_S, check=self._signal_or_exit)
+        if self.gateway_base is None:
+            raise AttemptFailure("gateway_failed", f"the gateway did not serve within {gateway_step.START_TIMEOUT_S:g}s; "
+                                 f"see {files.log_ref(gateway_step.GATEWAY_STEP)}")
         return True
 
     def publish_endpoints(self) -> None:
@@ -245,8 +244,8 @@ class RuntimeActions(Watching):
     def client_succeeded(self) -> bool:
         code = self._wait_exit("client", self.client_deadline, "client_timeout")
         if code != 0:
-            self._gateway_ended(wait_s=SETTLE_S)  # a stalled replica ends the gateway, then the client's requests
-            raise self._unless_signalled(
+            waits.check_gateway_alive(self.session, SETTLE_S)  # a stalled replica ends the gateway, then the client's requests
+            raise waits.unless_signalled(self.session,
                 AttemptFailure("client_failed", f"client exited {code}; see {files.log_ref('client')}"))
         return True
 
@@ -269,6 +268,36 @@ class RuntimeActions(Watching):
             nodes=nodes, attempt_id=s.attempt_id, signal_steps=s.signal_steps, finish_readiness=self._finish_readiness,
             budget=budget_for(s, reason, grace))
         cleanup.run(phases, outcome, reason)
+
+    # what every wait checks, and the readiness record
+    def check_alive(self) -> None:
+        """A released deployment step that exited, or a gateway that ended, is a failure now. Held
+        steps count once released: before, the probe's and the preflight's verdicts come first."""
+        if self.released:
+            waits.check_steps_alive(self.session, self.started, self.readiness)
+        waits.check_gateway_alive(self.session)
+
+    def _signal_or_exit(self) -> None:
+        self.session.gate.check()
+        self.check_alive()
+
+    def _wait_exit(self, name: str, deadline: Optional[float], timeout_reason: str) -> int:
+        code = waits.wait_exit(self.session, name, deadline, self.check_alive)
+        if code is None:
+            raise AttemptFailure(timeout_reason, f"{name} still running at its deadline")
+        return code
+
+    def ensure_readiness(self) -> Readiness:
+        if self._readiness is None:
+            self._readiness = Readiness.new(self.session.dir, self.session.attempt_id, self.session.readiness_entries())
+        return self._readiness
+
+    @property
+    def readiness(self) -> Readiness:
+        """The readiness record; NotPrepared before ensure_readiness has created it."""
+        if self._readiness is None:
+            raise NotPrepared(f"attempt {self.session.attempt_id}: readiness used before ensure_readiness()")
+        return self._readiness
 
     # helpers
     def _start(self, spec: StepSpec) -> None:
@@ -340,7 +369,7 @@ class RuntimeActions(Watching):
             self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=self.ports[unit.name])
 
     def _identity_failed(self, unit: Placed, port: int, detail: str) -> None:
-        self._let_signals_land()  # a server gone between health and the check may be scancel's doing
+        waits.wait_for_signal(self.session)  # a server gone between health and the check may be scancel's doing
         self.readiness.move(unit.name, "failed", detail=detail)
         raise AttemptFailure("server_identity", f"{unit.name}: port {port} on {unit.leader}: {detail}")
 

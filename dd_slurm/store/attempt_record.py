@@ -126,8 +126,8 @@ def _shard_in_run(shard: ShardOf) -> None:
 
 register_record(ShardOf, whole=_shard_in_run)
 register_record(AttemptRecord, job_id=_job_id, array_job_id=_job_id, reconcile_deadline_s=_positive,
-                submit_error=_optional_text, **dict.fromkeys(("submitted_at", "last_seen", "staged_at",
-                                                              "submit_started_at"), _time))
+                submit_error=_optional_text, submitted_at=_time, last_seen=_time, staged_at=_time,
+                submit_started_at=_time)
 
 
 def read_record(attempt_dir: str | Path, runs: Optional[dict[str, dict]] = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import gateway_step
 from dd_slurm.runtime.actions import RuntimeActions
 from dd_slurm.runtime.signals import SignalGate
-from dd_slurm.runtime.watching import SIGNAL_GRACE_S
+from dd_slurm.runtime.waits import SIGNAL_GRACE_S, check_gateway_alive, unless_signalled
 from dd_slurm.store.readiness import Readiness
 
 
@@ -57,11 +57,11 @@ def identity_failure(actions: RuntimeActions) -> None:
 
 
 def gateway_exit(actions: RuntimeActions) -> None:
-    actions._gateway_ended()
+    check_gateway_alive(actions.session)
 
 
 def client_exit(actions: RuntimeActions) -> None:
-    raise actions._unless_signalled(AttemptFailure("client_failed", "client exited -15"))
+    raise unless_signalled(actions.session, AttemptFailure("client_failed", "client exited -15"))
 
 
 SITES = {"identity": (identity_failure, "server_identity"), "gateway": (gateway_exit, "gateway_failed"),
