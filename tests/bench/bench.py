@@ -117,11 +117,10 @@ def render_benchmark(sizes: Sizes = FULL) -> dict:
 def calls_per_round(sizes: Sizes = FULL) -> list[dict]:
     from dd_slurm.clock import Clock
     from dd_slurm.scheduler.commands import SlurmCommands
-    from dd_slurm.testing.fake_slurm import install
+    from dd_slurm.testing.fake_slurm import fake_cluster
 
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        fake = install(Path(tmp) / "bin")
+    with tempfile.TemporaryDirectory() as tmp, fake_cluster(tmp) as fake:
         commands = SlurmCommands(Clock(), str(fake.bin_dir), {})
         for count in sizes.jobs:
             result = commands.query([str(10**6 + i) for i in range(count)])
@@ -147,44 +146,47 @@ def fresh_process(argv: list[str], env: dict | None = None) -> tuple[float, int]
 
 
 def startup_benchmarks(ref: str | None, sizes: Sizes = FULL) -> list[dict]:
-    from dd_slurm.testing.fake_slurm import install
+    from dd_slurm.testing.fake_slurm import fake_cluster
 
+    with tempfile.TemporaryDirectory() as tmp, fake_cluster(tmp) as fake:
+        return _startup_rows(fake, tmp, ref, sizes)
+
+
+def _startup_rows(fake, tmp: str, ref: str | None, sizes: Sizes) -> list[dict]:
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        fake = install(Path(tmp) / "bin")
-        env = {**os.environ, "DD_SLURM_BIN_DIR": str(fake.bin_dir)}
-        exe = str(Path(sys.executable).parent / "dd-slurm")
-        out = subprocess.run([exe, "submit", "--json", str(ROOT / "fixtures" / "plans" / "single-node.json"), "-w",
-                              f"{tmp}/ws"], env=env, capture_output=True, text=True, check=True)
-        attempt = json.loads(out.stdout)["attempt_dir"]
-        ours = [fresh_process([exe, "status", "--json", attempt], env) for _ in range(sizes.runs)]
-        theirs = []
-        if ref:
-            their_exe = str(Path(ref).parent / "data-designer")
-            theirs = [fresh_process([their_exe, "slurm", "status", "--help"]) for _ in range(min(sizes.runs, 5))]
-        ratio = statistics.median(t for t, _ in theirs) / statistics.median(t for t, _ in ours) if theirs else None
-        rows.append(row("dd-slurm status --json, fresh process, fake Slurm", [t * 1000 for t, _ in ours], "ms",
-                        "< 150 ms; >= 8x faster", (f"reference x{ratio:.1f} slower; " if ratio else "")
-                        + "the fake squeue/sacct are Python scripts, ~40 ms each"))
-        rows.append(row("dd-slurm status --json, peak RSS (with fake tools)", [r / 1024 for _, r in ours], "MiB", ""))
-        helps = [fresh_process([exe, "status", "--help"]) for _ in range(sizes.runs)]
-        like = statistics.median(t for t, _ in theirs) / statistics.median(t for t, _ in helps) if theirs else None
-        rows.append(row("dd-slurm status --help, fresh process (like for like)", [t * 1000 for t, _ in helps], "ms",
-                        ">= 8x faster", f"reference x{like:.1f} slower" if like else ""))
-        rows.append(row("reference `data-designer slurm status --help`", [t * 1000 for t, _ in theirs], "ms", "",
-                        f"peak RSS {statistics.median(r for _, r in theirs) / 1024:.0f} MiB" if theirs
-                        else "skipped: no reference (quick mode)"))
-        record = Path(attempt) / "attempt.json"
-        data = json.loads(record.read_text())
-        history = [{"time": 1.0 * i, "job_id": data["job_id"], "state": "running", "terminal": False, "exit_code": None,
-                    "signal": None, "raw_state": "RUNNING", "source": "squeue", "reason": None}
-                   for i in range(sizes.history_rows)]
-        big = []
-        for _ in range(min(sizes.runs, 3)):
-            record.write_text(json.dumps({**data, "observations": history}))
-            big.append(fresh_process([exe, "status", "--json", attempt], env))
-        rows.append(row(f"status with a {sizes.history_rows:,}-row history: time", [t * 1000 for t, _ in big], "ms", "",
-                        f"peak RSS {statistics.median(r for _, r in big) / 1024:.0f} MiB; history is then cut to 50"))
+    env = {**os.environ, "DD_SLURM_BIN_DIR": str(fake.bin_dir)}
+    exe = str(Path(sys.executable).parent / "dd-slurm")
+    out = subprocess.run([exe, "submit", "--json", str(ROOT / "fixtures" / "plans" / "single-node.json"), "-w",
+                          f"{tmp}/ws"], env=env, capture_output=True, text=True, check=True)
+    attempt = json.loads(out.stdout)["attempt_dir"]
+    ours = [fresh_process([exe, "status", "--json", attempt], env) for _ in range(sizes.runs)]
+    theirs = []
+    if ref:
+        their_exe = str(Path(ref).parent / "data-designer")
+        theirs = [fresh_process([their_exe, "slurm", "status", "--help"]) for _ in range(min(sizes.runs, 5))]
+    ratio = statistics.median(t for t, _ in theirs) / statistics.median(t for t, _ in ours) if theirs else None
+    rows.append(row("dd-slurm status --json, fresh process, fake Slurm", [t * 1000 for t, _ in ours], "ms",
+                    "< 150 ms; >= 8x faster", (f"reference x{ratio:.1f} slower; " if ratio else "")
+                    + "the fake squeue/sacct are Python scripts, ~40 ms each"))
+    rows.append(row("dd-slurm status --json, peak RSS (with fake tools)", [r / 1024 for _, r in ours], "MiB", ""))
+    helps = [fresh_process([exe, "status", "--help"]) for _ in range(sizes.runs)]
+    like = statistics.median(t for t, _ in theirs) / statistics.median(t for t, _ in helps) if theirs else None
+    rows.append(row("dd-slurm status --help, fresh process (like for like)", [t * 1000 for t, _ in helps], "ms",
+                    ">= 8x faster", f"reference x{like:.1f} slower" if like else ""))
+    rows.append(row("reference `data-designer slurm status --help`", [t * 1000 for t, _ in theirs], "ms", "",
+                    f"peak RSS {statistics.median(r for _, r in theirs) / 1024:.0f} MiB" if theirs
+                    else "skipped: no reference (quick mode)"))
+    record = Path(attempt) / "attempt.json"
+    data = json.loads(record.read_text())
+    history = [{"time": 1.0 * i, "job_id": data["job_id"], "state": "running", "terminal": False, "exit_code": None,
+                "signal": None, "raw_state": "RUNNING", "source": "squeue", "reason": None}
+               for i in range(sizes.history_rows)]
+    big = []
+    for _ in range(min(sizes.runs, 3)):
+        record.write_text(json.dumps({**data, "observations": history}))
+        big.append(fresh_process([exe, "status", "--json", attempt], env))
+    rows.append(row(f"status with a {sizes.history_rows:,}-row history: time", [t * 1000 for t, _ in big], "ms", "",
+                    f"peak RSS {statistics.median(r for _, r in big) / 1024:.0f} MiB; history is then cut to 50"))
     return rows
 
 

@@ -45,11 +45,10 @@ def _run(argv: list[str], env: dict) -> tuple[float, subprocess.CompletedProcess
 def array_submit(runs: int = 3, count: int = 1000) -> dict:
     """`dd-slurm submit` of a 1,000-shard plan from a fresh process: bundle, run dir, 1,000 shard
     dirs, one sbatch. The tasks' interpreter is /bin/true and the run is cancelled at once."""
-    from dd_slurm.testing.fake_slurm import install
+    from dd_slurm.testing.fake_slurm import fake_cluster
 
     seconds = []
-    with tempfile.TemporaryDirectory() as tmp:
-        fake = install(Path(tmp) / "bin")
+    with tempfile.TemporaryDirectory() as tmp, fake_cluster(tmp) as fake:
         env = {**os.environ, "DD_SLURM_BIN_DIR": str(fake.bin_dir)}
         data = _plan("bench-array", array={"count": count, "max_concurrent": 2})
         data["runtime"]["python"] = "/bin/true"
@@ -92,10 +91,9 @@ def finished_workspace(ws: Path, count: int) -> None:
 
 
 def list_finished(runs: int = 5, count: int = 10_000) -> list[dict]:
-    from dd_slurm.testing.fake_slurm import install
+    from dd_slurm.testing.fake_slurm import fake_cluster
 
-    with tempfile.TemporaryDirectory() as tmp:
-        fake = install(Path(tmp) / "bin")
+    with tempfile.TemporaryDirectory() as tmp, fake_cluster(tmp) as fake:
         env = {**os.environ, "DD_SLURM_BIN_DIR": str(fake.bin_dir)}
         finished_workspace(Path(tmp) / "ws", count)
         cold = [_run([EXE, "list", "--json", "-w", f"{tmp}/ws"], env)[0]]
@@ -146,10 +144,9 @@ def big_allocation(load_s: float = 3.0, nodes: int = 64) -> list[dict]:
     if not replicas_supported():
         return [_row(figure, [], "s", "< 3 s", "skipped: the runtime does not launch `replicas` yet"),
                 _row("  ... supervisor peak RSS", [], "MiB", "< 80 MiB", "skipped: as above")]
-    from dd_slurm.testing.fake_slurm import install
+    from dd_slurm.testing.fake_slurm import fake_cluster
 
-    with tempfile.TemporaryDirectory() as tmp:
-        fake = install(Path(tmp) / "bin")
+    with tempfile.TemporaryDirectory() as tmp, fake_cluster(tmp) as fake:
         env = {**os.environ, "DD_SLURM_BIN_DIR": str(fake.bin_dir)}
         (Path(tmp) / "plan.json").write_text(json.dumps(big_allocation_plan(load_s, nodes)))
         _, done = _run([EXE, "submit", "--json", f"{tmp}/plan.json", "-w", f"{tmp}/ws"], env)

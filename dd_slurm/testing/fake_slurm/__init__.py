@@ -8,6 +8,8 @@ happened to it. Scriptable faults per tool: exit code, stderr, stdout (malformed
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dd_slurm.testing.fake_slurm.state import FakeSlurm
@@ -31,3 +33,15 @@ def install(bin_dir: Path, python: str = sys.executable) -> FakeSlurm:
     fake = FakeSlurm(bin_dir)
     fake.reset()
     return fake
+
+
+@contextmanager
+def fake_cluster(directory: str | Path) -> Iterator[FakeSlurm]:
+    """The fake tools in `directory`/bin for the duration of a block; at its end every job and
+    step started under `directory` is ended, as a real cluster's job end would (no server or
+    gateway left behind by a benchmark)."""
+    fake = install(Path(directory) / "bin")
+    try:
+        yield fake
+    finally:
+        fake.end_everything(str(directory))

@@ -64,6 +64,8 @@ class FakeSlurm:
             for pid in tasks:
                 if _shows(pid, marker):
                     _kill_group_of(pid)
+        for pid in _unrecorded(marker):  # an srun the job started just before its end, not yet in the state
+            _kill_group_of(pid)
 
     def read(self) -> dict[str, Any]:
         """The state, with `calls` (every tool call so far, in order) from the call log."""
@@ -131,6 +133,20 @@ def _shows(pid: int, marker: bytes) -> bool:
         except OSError:
             return False
     return False
+
+
+def _unrecorded(marker: bytes) -> list[int]:
+    """Every other process (not this one or its ancestors) showing `marker`: what the job started
+    whose pid the state does not hold yet (slurmd would end it with the job all the same)."""
+    ours, pid = set(), os.getpid()
+    while pid > 1:
+        ours.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                pid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in ours and _shows(int(p), marker)]
 
 
 def _kill_group_of(pid: int) -> None:
