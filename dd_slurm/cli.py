@@ -290,8 +290,14 @@ def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
     from dd_slurm.control.watch import follow
     from dd_slurm.store.attempt_record import read_record
 
-    return follow(lambda: do_status(directory, commands, clock), clock, click.echo,
+    code = follow(lambda: do_status(directory, commands, clock), clock, click.echo,
                   read_record(directory).get("submitted_at"), interval, as_json)
+    if code != 0 and not as_json:
+        from dd_slurm.control.logs import failure_ending
+
+        for line in failure_ending(directory):
+            click.echo(line)
+    return code
 
 
 @cli.command()

@@ -71,6 +71,39 @@ def find_log(attempt_dir: Path, name: str) -> Path:
     raise InvalidInput(f"logs: no log named {name!r} in {attempt_dir}; known: {known}")
 
 
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def last_lines(path: Path, count: int = 10, window: int = 16 * 1024) -> list[str]:
+    """The last `count` lines of a log (from its last `window` bytes), each with control
+    characters shown as '?': a process's bytes do not get to drive the user's terminal."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, os.fstat(log.fileno()).st_size - window))
+            text = log.read(window).decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [_UNPRINTABLE.sub("?", line.rstrip()) for line in text.splitlines()[-count:]]
+
+
+def failure_ending(attempt_dir: Path) -> list[str]:
+    """What a failed `--wait` or `--watch` ends with (report_inspect.failure_report): read from
+    the attempt dir only."""
+    from dd_slurm.control.report_inspect import failure_and_log, failure_report
+    from dd_slurm.store.view import inspect_attempt
+
+    try:
+        view = inspect_attempt(attempt_dir)
+    except AttemptDirError as err:
+        return [f"(no failure report: {err})"]
+    found = failure_and_log(view)
+    try:
+        tail = last_lines(find_log(attempt_dir, found[1])) if found else []
+    except InvalidInput:
+        tail = []  # the log was never written: the failure line says why
+    return failure_report(view, tail)
+
+
 def human_size(size: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":

@@ -30,18 +30,34 @@ def log_to_open(reason: str, detail: str, readiness: Optional[dict[str, Any]]) -
             return log
     for name in sorted(((readiness or {}).get("deployments") or {}), key=len, reverse=True):
         if detail.startswith((f"{name} ", f"{name}:")):
-            return f"deploy-{name}-0"
+            return files.deploy_step(name)  # the replica's leader
     return "batch"
 
 
-def failure_lines(view: dict[str, Any]) -> list[str]:
+def failure_and_log(view: dict[str, Any]) -> Optional[tuple[str, str]]:
+    """(the failure line, the name of the log to open); None when the attempt has not failed."""
     entry = failure_entry(view.get("history") or [])
     if entry is None:
-        return []
+        return None
     detail = str(entry.get("detail") or "")
     log = log_to_open(str(entry.get("reason") or ""), detail, view.get("readiness"))
-    first = f"failure: {entry.get('reason')} in {entry.get('from')}" + (f": {detail}" if detail else "")
-    return [first, f"  log to open: dd-slurm logs {view['attempt']['dir']} {log}"]
+    return f"failure: {entry.get('reason')} in {entry.get('from')}" + (f": {detail}" if detail else ""), log
+
+
+def failure_lines(view: dict[str, Any]) -> list[str]:
+    found = failure_and_log(view)
+    if found is None:
+        return []
+    return [found[0], f"  log to open: dd-slurm logs {view['attempt']['dir']} {found[1]}"]
+
+
+def failure_report(view: dict[str, Any], last_lines: list[str]) -> list[str]:
+    """What a failed `--wait` or `--watch` ends with: the failure, the log to open and, when there
+    is one, that log's last lines (`last_lines`, read by the caller)."""
+    lines = failure_lines(view)
+    if lines and last_lines:
+        lines += [f"  its last {len(last_lines)} lines:"] + [f"    {line}" for line in last_lines]
+    return lines
 
 
 def result_lines(manifest: Optional[dict[str, Any]], attempt_dir: str) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import EXIT_ATTEMPT_FAILED, EXIT_OK
+from dd_slurm.store.readiness import probe_summary
 
 HEARTBEAT_S = 30.0
 
@@ -42,8 +43,7 @@ def _deployment(name: str, dep: dict[str, Any], state: str, now: float) -> tuple
     text = f"{name}:{dep.get('state')}"
     if state != "deploying" or dep.get("state") not in ("pending", "starting"):
         return text, text
-    probe = dep.get("last_probe") or {}
-    error = probe.get("error") if not probe.get("ok") else None
+    error = probe_summary(dep.get("last_probe"))
     stable = text + (f" (probe: {error})" if error else "")
     deadline = dep.get("deadline")
     extras = ([f"{hms(deadline - now)} left"] if isinstance(deadline, (int, float)) else []) + \

@@ -108,6 +108,13 @@ def relative_path(value: str) -> None:
         raise fields.FieldError("must be a relative path inside the results dir (no '..')")
 
 
+def result_path(value: str) -> None:
+    """A relative path inside the results dir, with at most this shard's placeholders
+    (`part-{shard_index}.jsonl`)."""
+    relative_path(value)
+    fields.check_argv_item(value, fields.RESULT_PLACEHOLDERS)
+
+
 def absolute_path(value: str) -> None:
     fields.check_text(value)
     if not value.startswith("/"):

@@ -87,7 +87,7 @@ class Deployment:
 
 @attrs.frozen
 class Result:
-    path: str = attrs.field(validator=_v(checks.relative_path))
+    path: str = attrs.field(validator=_v(checks.result_path))
     format: str = attrs.field(validator=_v(checks.one_of(RESULT_FORMATS)))
     min_records: int = attrs.field(default=0, validator=_v(checks.between(0, 2**63 - 1)))
 

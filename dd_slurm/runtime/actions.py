@@ -25,7 +25,7 @@ from dd_slurm.runtime.session import NotPrepared, Session
 from dd_slurm.runtime.step_specs import StepSpec, needs_port, with_port
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
-from dd_slurm.store.readiness import Readiness
+from dd_slurm.store.readiness import Readiness, probe_summary
 
 READY_POLL_MIN_S, READY_POLL_MAX_S = 0.01, 0.05
 READY_POLL_PER_REPLICA_S = 0.002
@@ -204,9 +204,10 @@ class RuntimeActions:
         late = next((u for u in waiting if now > self.deadlines[u.name]), None)
         if late is not None:
             timeout = self.session.deployment(late.deployment).ready_timeout_s
-            self.readiness.move(late.name, "failed", detail="not healthy before ready_timeout_s")
-            raise AttemptFailure("readiness_timeout", f"{late.name} not healthy within {timeout:g}s",
-                                 outcome="timed_out")
+            probe = probe_summary(self.readiness.last_probe(late.name)) or "no probe answered"
+            self.readiness.move(late.name, "failed", detail=f"not healthy before ready_timeout_s (last probe: {probe})")
+            raise AttemptFailure("readiness_timeout", f"{late.name} not healthy within {timeout:g}s (last probe: "
+                                 f"{probe}); see {files.log_ref(files.deploy_step(late.name))}", outcome="timed_out")
 
     # deploying, ready -> client: the gateway in front of every replica
     def launch_gateway(self) -> None:
@@ -251,7 +252,8 @@ class RuntimeActions:
 
     # finalize -> cleanup
     def results_valid(self) -> bool:
-        manifest = validate_result(self.session.results_dir, self.session.prepared.plan.client.result)
+        s = self.session
+        manifest = validate_result(s.results_dir, s.prepared.plan.client.result, s.shard)
         write_json_atomic(self.session.dir / files.RESULT_MANIFEST, manifest)
         return True
 

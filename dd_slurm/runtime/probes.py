@@ -41,9 +41,23 @@ def _health(host: str, port: int, path: str, headers: dict[str, str], timeout_s:
 
     try:
         status, _body = _get(host, port, path, headers, timeout_s)
-        return {"ok": status == 200, "status": status, "error": None}
+        return {"ok": status == 200, "status": status, "error": None, "path": path}
     except (OSError, http.client.HTTPException) as err:
-        return {"ok": False, "status": None, "error": f"{type(err).__name__}: {err}"[:200]}
+        return {"ok": False, "status": None, "error": error_words(err, timeout_s), "path": path}
+
+
+def error_words(err: BaseException, timeout_s: float) -> str:
+    """What went wrong in the words a person reads in a watch line: `connection refused`, `no
+    answer within 0.5s`, `no route to host`; not the exception's class and errno."""
+    import http.client
+
+    if isinstance(err, TimeoutError):
+        return f"no answer within {timeout_s:g}s"
+    if isinstance(err, http.client.HTTPException):
+        return f"not an HTTP answer ({type(err).__name__})"
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror[:1].lower() + err.strerror[1:200]
+    return f"{type(err).__name__}: {err}"[:200]
 
 
 def probe_health(host: str, port: int, path: str, withheld_key: Optional[str] = None,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from dd_slurm.errors import AttemptFailure
+from dd_slurm.plan.fields import expand
 from dd_slurm.plan.records import Result
 
 BLOCK = 1 << 20
@@ -88,20 +89,34 @@ class _Parquet(_Json):
         return parquet_rows_of(b"".join(self.chunks))
 
 
-def validate_result(results_dir: Path, spec: Result, opener: Callable = open) -> dict:
-    """The manifest of a valid candidate; AttemptFailure with a reason code otherwise."""
+def validate_result(results_dir: Path, spec: Result, shard: tuple[int, int] = (0, 1), opener: Callable = open) -> dict:
+    """The manifest of a valid candidate; AttemptFailure with a reason code otherwise. `shard`
+    (index, count) fills `{shard_index}` and `{num_shards}` in the path."""
     root = Path(results_dir).resolve()
-    path = (root / spec.path)
+    name = expand(spec.path, {"shard_index": str(shard[0]), "num_shards": str(shard[1])})
+    path = (root / name)
     if not path.is_file():
-        raise AttemptFailure("result_missing", f"{spec.path} was not written")
+        raise AttemptFailure("result_missing", f"{name} was not written; {held_by(root)}")
     if root not in path.resolve().parents:
-        raise AttemptFailure("result_outside_results_dir", f"{spec.path} resolves outside the results dir")
+        raise AttemptFailure("result_outside_results_dir", f"{name} resolves outside the results dir")
     try:
         records, size, sha256 = read_result(path, spec.format, opener)
     except (ValueError, OSError) as err:
-        raise AttemptFailure("result_invalid", f"{spec.path} is not valid {spec.format}: {err}") from None
+        raise AttemptFailure("result_invalid", f"{name} is not valid {spec.format}: {err}") from None
     if spec.format == "file" and spec.min_records and size == 0:
-        raise AttemptFailure("result_invalid", f"{spec.path} is empty")
+        raise AttemptFailure("result_invalid", f"{name} is empty")
     if records is not None and records < spec.min_records:
-        raise AttemptFailure("result_too_few_records", f"{spec.path} has {records} records, needs {spec.min_records}")
-    return {"path": spec.path, "format": spec.format, "records": records, "bytes": size, "sha256": sha256}
+        raise AttemptFailure("result_too_few_records", f"{name} has {records} records, needs {spec.min_records}")
+    return {"path": name, "format": spec.format, "records": records, "bytes": size, "sha256": sha256}
+
+
+def held_by(root: Path, most: int = 8) -> str:
+    """What the results dir holds, for a result that is missing: its first entries by name."""
+    try:
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in root.iterdir())
+    except OSError as err:
+        return f"the results dir cannot be listed ({err.strerror or err})"
+    if not names:
+        return "the results dir is empty"
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f"the results dir holds {', '.join(names[:most])}{more}"

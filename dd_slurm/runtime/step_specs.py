@@ -28,6 +28,7 @@ import attrs
 from dd_slurm.plan.fields import expand
 from dd_slurm.plan.placement import Placed
 from dd_slurm.plan.records import Deployment, Env, Plan
+from dd_slurm.store import attempt_files as files
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 RUNTIME_NAMES = ("DD_SLURM_ATTEMPT_ID", "DD_SLURM_ROLE")  # srun carries these from its own environment
@@ -113,7 +114,7 @@ def replica_steps(plan: Plan, dep: Deployment, placed: Placed, layout: Layout, a
                   "node_rank": str(rank), "num_nodes": str(dep.nodes)}
         if placed.port is not None:
             values["port"] = str(placed.port)
-        name = f"deploy-{placed.name}" + (f"-{rank}" if rank else "")
+        name = files.deploy_step(placed.name, rank)
         env, passed = step_env(dep.env, ambient, layout, name)
         steps.append(StepSpec(
             name=name, node=node, argv=tuple(dep.argv if rank == 0 else (dep.follower_argv or ())), values=values,

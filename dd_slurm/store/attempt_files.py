@@ -58,6 +58,13 @@ def log_ref(name: str) -> str:
     return f"{LOGS_DIR}/{name}.log"
 
 
+def deploy_step(replica: str, rank: int = 0) -> str:
+    """A replica's step on the node of rank `rank`: `deploy-<replica>` for its leader (rank 0),
+    `deploy-<replica>-<rank>` for each follower (`<replica>` is `<deployment>-<k>`); its log is
+    logs/<step>.log."""
+    return f"deploy-{replica}" + (f"-{rank}" if rank else "")
+
+
 def step_log(attempt_dir: str | Path, name: str) -> Path:
     return Path(attempt_dir, log_ref(name))
 

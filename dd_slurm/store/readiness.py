@@ -73,6 +73,18 @@ class ReadinessRecord:
     attempt_id: Optional[str] = None
 
 
+def probe_summary(probe: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """A failed health probe in a few words (`HTTP 404 on /healthz: check health_path`,
+    `connection refused`); None when there was none or it passed."""
+    if not probe or probe.get("ok"):
+        return None
+    status, path = probe.get("status"), probe.get("path")
+    if type(status) is int:
+        where = f" on {path}" if isinstance(path, str) else ""
+        return f"HTTP {status}{where}" + (": check health_path" if status == 404 else "")
+    return str(probe.get("error") or "no answer")
+
+
 def _optional(hook: Any) -> Any:
     return lambda value, kind: None if value is None else hook(value, kind)
 
@@ -173,6 +185,9 @@ class Readiness:
 
     def state(self, name: str) -> str:
         return self.record["deployments"][name]["state"]
+
+    def last_probe(self, name: str) -> Optional[Mapping[str, Any]]:
+        return self.record["deployments"][name]["last_probe"]
 
     def _write(self) -> None:
         if self._held:

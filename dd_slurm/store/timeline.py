@@ -105,8 +105,9 @@ def load_rows(readiness: Any, processes: Any, until: Optional[float], since: Opt
     procs = [_dict(p) for p in _dict(processes).get("processes") or [] if isinstance(p, dict)]
     rows = []
     for name, dep in sorted(_dict(_dict(readiness).get("deployments")).items()):
-        pattern = re.compile(rf"deploy-{re.escape(str(name))}-\d+\Z")
-        starts = [s for p in procs if pattern.match(str(p.get("name"))) and (s := _num(p.get("started_at")))]
+        ranks = range(max(1, len(_dict(dep).get("nodes") or ())))  # a record without nodes: the leader
+        steps = {files.deploy_step(str(name), rank) for rank in ranks}
+        starts = [s for p in procs if p.get("name") in steps and (s := _num(p.get("started_at")))]
         if not starts:
             continue
         ready = _ready_at(_dict(dep))

@@ -23,7 +23,8 @@ def test_a_failure_names_its_detail_and_the_log_to_open(tmp_path) -> None:
     """A readiness timeout of `big`: the reason, the state it happened in, the detail, and the
     command that shows the deployment's log."""
     view = view_of(tmp_path, "readiness-timeout")
-    assert ["failure: readiness_timeout in deploying: big not healthy within 60s",
+    assert ["failure: readiness_timeout in deploying: big-0 not healthy within 60s (last probe: connection refused);"
+            " see logs/deploy-big-0.log",
             f"  log to open: dd-slurm logs {view['attempt']['dir']} deploy-big-0"] == failure_lines(view)
 
 
@@ -32,13 +33,14 @@ def test_a_failure_names_its_detail_and_the_log_to_open(tmp_path) -> None:
     ("server_exited", "deploy-small-1 exited 1; see logs/deploy-small-1.log", "deploy-small-1"),
     ("preflight_failed", "", "preflight"),
     ("result_too_few_records", "records.jsonl has 1 records, needs 3", "client"),
-    ("readiness_timeout", "big-2 not healthy within 60s", "deploy-big-2-0"),
+    ("readiness_timeout", "big-2 not healthy within 60s", "deploy-big-2"),  # replica big-2's leader
+    ("server_identity", "big-0: port 25390 on n1: nothing listens", "deploy-big-0"),
     ("bundle_checksum", "lib/x.py changed", "batch"),
     ("sigterm", "received SIGTERM", "batch"),
 ])
 def test_the_log_to_open(reason: str, detail: str, log: str) -> None:
     """A log the detail names wins; else by reason; a deployment named first; else the batch log."""
-    readiness = {"deployments": {"big": {}, "big-2": {}, "small": {}}}
+    readiness = {"deployments": {"big-0": {}, "big-2": {}, "small-0": {}}}  # keyed by replica, as the runtime writes
     assert log == log_to_open(reason, detail, readiness)
 
 

@@ -35,6 +35,9 @@ def test_hms_reads_back_as_whole_seconds(seconds: float) -> None:
     (view("deploying", "running", deployments={"big": {"state": "starting", "deadline": START + 1800.5,
                                                        "last_probe": {"ok": False, "error": "connection refused"}}}),
      "deploying  big:starting (0:30:00 left; probe: connection refused)  | job 7 running"),
+    (view("deploying", "running", deployments={"big-0": {"state": "starting", "deadline": START + 20, "last_probe": {
+        "ok": False, "status": 404, "error": None, "path": "/healthz"}}}),
+     "deploying  big-0:starting (0:00:20 left; probe: HTTP 404 on /healthz: check health_path)  | job 7 running"),
     (view("deploying", "running", deployments={"big": {"state": "ready", "deadline": START + 5}}),
      "deploying  big:ready  | job 7 running"),
     (view("done", "completed", terminal=True, outcome="succeeded"),
@@ -100,7 +103,8 @@ def _plan(tmp_path, **client) -> str:
                                                         (["--exit-code", "3"], 4, "failed (client_failed), exit 4")])
 def test_submit_wait_follows_to_the_end_and_exits_with_the_outcome(dd_slurm_exe, fake_slurm, tmp_path, extra,
                                                                    code, outcome) -> None:
-    """`submit --wait` prints the attempt dir and job, then the watch lines, and exits 0 or 4."""
+    """`submit --wait` prints the attempt dir and job, then the watch lines, and exits 0 or 4; a
+    failure ends the way `inspect` says it: the failure line, the log to open and its last lines."""
     from tests.runtime.harness import plan_data
 
     argv = plan_data("single-node")["client"]["argv"] + extra
@@ -109,7 +113,10 @@ def test_submit_wait_follows_to_the_end_and_exits_with_the_outcome(dd_slurm_exe,
                               "-w", str(tmp_path / "ws")], env=env)
     lines = out.stdout.splitlines()
     assert (code, "submitted batch job 1000") == (out.returncode, lines[1]), out.stderr
-    assert lines[-1].endswith(outcome)
+    end = next(i for i, line in enumerate(lines) if line.endswith(outcome))
+    failure = ["failure: client_failed in client: client exited 3; see logs/client.log",
+               f"  log to open: dd-slurm logs {lines[0]} client", "  its last 1 lines:", "    wrote 3 records"]
+    assert ([] if code == 0 else failure) == lines[end + 1:]
 
 
 @pytest.mark.timeout(120)

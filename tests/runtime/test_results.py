@@ -56,3 +56,35 @@ def test_a_bad_line_is_named(tmp_path) -> None:
     (tmp_path / "r.jsonl").write_text('{"a": 1}\n{oops\n')
     with pytest.raises(AttemptFailure, match="line 2"):
         validate_result(tmp_path, Result(path="r.jsonl", format="jsonl", min_records=0))
+
+
+@pytest.mark.parametrize(("path", "shard", "written"), [
+    ("part-{shard_index}.jsonl", (2, 4), "part-2.jsonl"),
+    ("{num_shards}/part-{shard_index}.jsonl", (0, 3), "3/part-0.jsonl"),
+    ("literal-{{x}}.jsonl", (0, 1), "literal-{x}.jsonl"),
+])
+def test_the_result_path_names_this_shards_file(tmp_path, path: str, shard: tuple[int, int], written: str) -> None:
+    """`{shard_index}` and `{num_shards}` in result.path are this shard's (as in the client's
+    argv), `{{`/`}}` a literal brace; the manifest names the file that was read."""
+    (tmp_path / written).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / written).write_text('{"a": 1}\n')
+    manifest = validate_result(tmp_path, Result(path=path, format="jsonl", min_records=1), shard)
+    assert (written, 1) == (manifest["path"], manifest["records"])
+
+
+@pytest.mark.parametrize(("present", "expected"), [
+    ([], "part-1.jsonl was not written; the results dir is empty"),
+    (["part-0.jsonl", "logs/"], "part-1.jsonl was not written; the results dir holds logs/, part-0.jsonl"),
+    ([f"f{i}" for i in range(10)], "part-1.jsonl was not written; the results dir holds f0, f1, f2, f3, f4, f5, f6, f7"
+                                   " and 2 more"),
+])
+def test_a_missing_result_says_what_the_results_dir_holds(tmp_path, present: list, expected: str) -> None:
+    """result_missing names the file it looked for and what is there instead (first 8 by name)."""
+    for name in present:
+        if name.endswith("/"):
+            (tmp_path / name).mkdir()
+        else:
+            (tmp_path / name).write_text("x\n")
+    with pytest.raises(AttemptFailure) as caught:
+        validate_result(tmp_path, Result(path="part-{shard_index}.jsonl", format="jsonl", min_records=0), (1, 2))
+    assert ("result_missing", expected) == (caught.value.reason, caught.value.detail)

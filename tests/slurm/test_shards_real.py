@@ -28,8 +28,10 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def submit_shards(tmp_path: Path, name: str, count: int, max_concurrent: int, fail_shard=None,
-                  client_sleep: float = 0) -> tuple[dict, list[Path]]:
+                  client_sleep: float = 0, result_path: str = "records.jsonl") -> tuple[dict, list[Path]]:
     data = plan_data("single-node")
+    data["client"]["result"]["path"] = result_path
+    data["client"]["argv"][data["client"]["argv"].index("--out") + 1] = "{results_dir}/" + result_path
     data["name"] = real_attempt.PREFIX["current"] + name
     data["job"].update(gpus_per_node=4, array={"count": count, "max_concurrent": max_concurrent})
     argv = data["deployments"][0]["argv"]
@@ -110,3 +112,15 @@ def test_one_shard_whose_server_fails_ends_failed_the_others_succeed(tmp_path) -
     out, shards = submit_shards(tmp_path, "onefails", 3, 2, fail_shard=1)
     wait_until(lambda: all(done(s) for s in shards), 200, "three shards done")
     assert [("succeeded", "ok"), ("failed", "server_exited_while_loading"), ("succeeded", "ok")] == outcomes(shards)
+
+
+@pytest.mark.timeout(240)
+def test_a_result_path_with_the_shard_index_names_each_shards_file(tmp_path) -> None:
+    """`client.result.path: "part-{shard_index}-of-{num_shards}.jsonl"`, the client writing the
+    same name under `{results_dir}`: both shards succeed and each result manifest names its own
+    file (the placeholders were once left in the path: every shard ended result_missing)."""
+    out, shards = submit_shards(tmp_path, "part", 2, 2, result_path="part-{shard_index}-of-{num_shards}.jsonl")
+    wait_until(lambda: all(done(s) for s in shards), 180, "two shards done")
+    assert [("succeeded", "ok")] * 2 == outcomes(shards), [journal(s)[-1] for s in shards]
+    assert [f"part-{i}-of-2.jsonl" for i in range(2)] == [
+        json.loads((s / "result-manifest.json").read_text())["path"] for s in shards]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -62,3 +63,35 @@ def test_logs_list_print_and_follow_a_live_attempt(tmp_path) -> None:
     batch = subprocess.run(EXE + ["logs", str(attempt_dir), "batch"], capture_output=True, text=True, timeout=30)
     assert batch.stdout.startswith(f"attempt {attempt_dir.name}: done (succeeded, ok)")
     assert os.path.getsize(attempt_dir / "logs" / f"batch-{_job}.out") == names["batch"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("shape", ["single-node", "replicas", "two-deployments"])
+def test_a_readiness_timeout_points_at_logs_and_rows_that_exist(tmp_path, cluster, shape) -> None:
+    """Every deployment with a wrong health_path (the fake server answers 404 there), for a
+    single-node, a replicated and a multi-node deployment: `submit --wait` ends timed_out with the
+    last probe in the failure (`HTTP 404 on /wrong: check health_path`), the log to open and its
+    last lines; that log exists (`logs DIR NAME` prints it), and `inspect --timeline` has a load
+    row for every replica readiness.json names."""
+    data = plan_data(shape)
+    data["name"] = real_attempt.PREFIX["current"] + "404-" + shape
+    for dep in data["deployments"]:
+        dep.update(health_path="/wrong", ready_timeout_s=6)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    out = subprocess.run(EXE + ["submit", "--wait", "--interval", "0.5", str(plan), "-w", str(tmp_path / "ws")],
+                         capture_output=True, text=True, timeout=220, env=cluster.env())
+    lines, attempt_dir = out.stdout.splitlines(), out.stdout.split("\n", 1)[0]
+    assert 4 == out.returncode, out.stdout + out.stderr
+    end = next(i for i, line in enumerate(lines) if line.endswith("=> timed_out (readiness_timeout), exit 4"))
+    failure = re.fullmatch(r"failure: readiness_timeout in deploying: (\S+) not healthy within 6s \(last probe: "
+                           r"HTTP 404 on /wrong: check health_path\); see logs/deploy-\1\.log", lines[end + 1])
+    assert failure is not None, lines[end + 1]
+    log = f"deploy-{failure.group(1)}"
+    assert [f"  log to open: dd-slurm logs {attempt_dir} {log}", True] == [
+        lines[end + 2], lines[end + 3].startswith("  its last ")]
+    shown = subprocess.run(EXE + ["logs", attempt_dir, log], capture_output=True, text=True, timeout=30)
+    assert (0, lines[-1].strip()) == (shown.returncode, shown.stdout.splitlines()[-1].strip())
+    replicas = sorted(json.loads((Path(attempt_dir) / "readiness.json").read_text())["deployments"])
+    timeline = subprocess.run(EXE + ["inspect", "--timeline", attempt_dir], capture_output=True, text=True, timeout=30)
+    assert replicas == sorted(re.findall(r"^    (\S+) load ", timeline.stdout, re.MULTILINE)), timeline.stdout

@@ -32,7 +32,7 @@ def test_the_phases_of_a_readiness_timeout() -> None:
     found = load(FIXTURES / "timeline" / "readiness-timeout")
     rows = {r.name: (round(r.seconds, 2), r.note) for r in found.rows}
     assert {"queue wait": (95.0, "submit to start"), "verification": (2.6, ""), "preflight": (6.4, ""),
-            "deploying": (60.5, ""), "big load": (60.3, "never ready"), "small load": (5.95, "launch to ready"),
+            "deploying": (60.5, ""), "big-0 load": (60.3, "never ready"), "small-0 load": (5.95, "launch to ready"),
             "cleanup": (6.5, "")} == rows
     assert (24, 24 * 76.0, False) == (found.gpus, round(found.gpu_seconds_before_client, 6), found.client_started)
 
@@ -43,10 +43,29 @@ def test_a_deployment_launched_held_beside_the_preflight_loads_from_its_release(
     entries = [{"kind": "transition", "from": a, "to": b, "ts": ts}
                for a, b, ts in [("staged", "verified", 1.0), ("verified", "preflight", 2.0),
                                 ("preflight", "deploying", 5.0), ("deploying", "ready", 9.0)]]
-    found = build("a", {}, entries, {"deployments": {"small": {"ready_at": 8.0}}},
+    found = build("a", {}, entries, {"deployments": {"small-0": {"ready_at": 8.0}}},
                   {"processes": [{"name": "deploy-small-0", "started_at": 2.1}]}, {"started_at": 0.5}, {})
     assert [(5.0, 3.0, "launch to ready")] == [(r.start, r.seconds, r.note) for r in found.rows
-                                               if r.name == "small load"]
+                                               if r.name == "small-0 load"]
+
+
+def test_every_replica_loads_from_its_own_steps() -> None:
+    """Readiness is keyed by replica (`small-0`, `big-0`) and a replica's steps are its leader
+    `deploy-<replica>` and its followers `deploy-<replica>-<rank>`: a single-node replica, each of
+    a replicated deployment's, and a two-node one each get a row from their own steps' first start
+    (here each step starts at a different time, so a step counted for the wrong replica shows)."""
+    entries = [{"kind": "transition", "from": a, "to": b, "ts": ts}
+               for a, b, ts in [("staged", "verified", 1.0), ("verified", "preflight", 2.0),
+                                ("preflight", "deploying", 3.0), ("deploying", "ready", 20.0)]]
+    readiness = {"deployments": {"small-0": {"ready_at": 10.0, "nodes": ["n1"]},
+                                 "small-1": {"ready_at": 11.0, "nodes": ["n2"]},
+                                 "big-0": {"ready_at": 12.0, "nodes": ["n2", "n3"]}}}
+    starts = {"deploy-small-0": 5.0, "deploy-small-1": 6.0, "deploy-big-0-1": 4.0, "deploy-big-0": 7.0,
+              "deploy-small-1-1": 3.5}  # no such step of small-1 (one node): not counted
+    found = build("a", {}, entries, readiness, {"processes": [{"name": n, "started_at": t} for n, t in starts.items()]},
+                  {"started_at": 0.5}, {})
+    assert {"small-0 load": (5.0, 10.0), "small-1 load": (6.0, 11.0), "big-0 load": (4.0, 12.0)} == {
+        r.name: (r.start, r.end) for r in found.rows if r.section == "deployments"}
 
 
 def test_gpu_time_stops_when_the_client_starts() -> None:
