@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, Optional, Protocol
 
@@ -121,6 +122,7 @@ class Attempt:
         except AttemptFailure as failure:
             self.fail(outcome=failure.outcome, reason=failure.reason, detail=failure.detail or None)
         except Exception as exc:
+            _report_internal(exc, self.state, trigger)
             self.fail(outcome="failed", reason="internal_error", detail=f"{type(exc).__name__}: {exc}")
         return self.state
 
@@ -160,3 +162,12 @@ def _recorded_outcome(entries: list[dict[str, Any]]) -> tuple[Optional[str], Opt
         if entry.get("outcome"):
             return entry["outcome"], entry.get("reason"), entry.get("detail")
     return None, None, None
+
+
+def _report_internal(exc: BaseException, state: str, trigger: str) -> None:
+    """An internal error's traceback on stderr (the batch log): the journal keeps one line, and
+    a bug found once must be findable from what it left behind."""
+    import traceback
+
+    print(f"internal error in {state} ({trigger}):", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)

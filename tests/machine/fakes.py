@@ -7,7 +7,8 @@ from dd_slurm.machine.table import ACTION_NAMES
 
 
 class ScriptedActions:
-    """Each action does what `script[name]` says: "ok", "false" (guard declines) or "raise"."""
+    """Each action does what `script[name]` says: "ok", "false" (guard declines), "raise" (a
+    declared failure) or "bug" (an exception no action means to raise)."""
 
     def __init__(self, script: dict[str, str] | None = None) -> None:
         self.script = dict(script or {})
@@ -18,6 +19,8 @@ class ScriptedActions:
         behaviour = self.script.get(name, "ok")
         if behaviour == "raise":
             raise AttemptFailure("internal_error", name)  # a declared reason; the detail names the action
+        if behaviour == "bug":
+            raise AttributeError(f"module 'http' has no attribute 'client' (in {name})")
         return behaviour != "false"
 
     def __getattr__(self, name: str):

@@ -88,6 +88,18 @@ def test_a_guard_that_raises_fails_from_the_source_state(tmp_path, clock) -> Non
             ("cleanup", "done", "internal_error", "inputs_verified")] == moves
 
 
+def test_an_unexpected_exception_is_an_internal_error_with_its_traceback_on_stderr(tmp_path, clock, capsys) -> None:
+    """A bug in an action fails the attempt with internal_error and a one-line detail in the
+    journal; its traceback goes to stderr (the batch log), so the bug can be found afterwards."""
+    attempt = Attempt(ScriptedActions({"deployments_ready": "bug"}), Journal(tmp_path, clock))
+    attempt.advance()
+    detail = "AttributeError: module 'http' has no attribute 'client' (in deployments_ready)"
+    err = capsys.readouterr().err
+    assert (("failed", "internal_error"), True, True) == (
+        (attempt.outcome, attempt.reason), err.startswith("internal error in deploying (mark_ready):\nTraceback"),
+        err.rstrip().endswith(detail))
+
+
 def test_a_guard_that_declines_is_a_failure_too(tmp_path, clock) -> None:
     """A guard returning False during `step` is not a hang: the attempt fails with a reason."""
     attempt = Attempt(ScriptedActions({"preflights_passed": "false"}), Journal(tmp_path, clock))
