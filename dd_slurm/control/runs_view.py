@@ -62,9 +62,11 @@ def cancel_run(run_dir: Path, commands: Any, clock: Any) -> dict[str, Any]:
     from dd_slurm.store.run_record import read_run, update_run
     from dd_slurm.store.run_shards import shard_dirs
 
-    now, job_id = clock.wall(), read_run(run_dir).get("job_id")
+    run = read_run(run_dir)
+    now, job_id = clock.wall(), run.get("job_id")
     if not job_id:
         raise AttemptDirError(f"{run_dir}: never submitted, nothing to cancel")
+    commands = run_commands(run, commands)
     with update_run(run_dir) as record:
         record["cancel_requests"].append({"time": now})
     shards = shard_dirs(run_dir)
@@ -75,6 +77,16 @@ def cancel_run(run_dir: Path, commands: Any, clock: Any) -> dict[str, Any]:
     commands.cancel(job_id)
     return {"attempt_dir": str(run_dir), "job_id": job_id, "cancel_requested": True,
             "shards": [str(s) for s in shards]}
+
+
+def run_commands(run: dict[str, Any], commands: Any) -> Any:
+    """The client for the cluster the run went to, once the array job's rows are shown to be this
+    run's (by name): a job id that is another job's is an error, never a cancel."""
+    from dd_slurm.scheduler.query import check_job_name
+
+    commands = commands.for_cluster(run.get("cluster"))
+    check_job_name(commands.query([run["job_id"]], run.get("submitted_at")), run["job_name"], run.get("cluster"))
+    return commands
 
 
 def watch_run(run_dir: str, commands: Any, clock: Any, echo: Callable[[str], None], as_json: bool, watch: bool,

@@ -58,16 +58,25 @@ def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, cl
     final = settled(record)
     if final is not None:
         return final
-    from dd_slurm.scheduler.observe import LagClock
-    from dd_slurm.scheduler.query import observations
-
     now = clock.wall()
-    seen = record.get("last_seen") or record.get("submitted_at") or now
-    lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0), {job_id: seen})
-    current = observations(commands.query([job_id], record.get("submitted_at")), [job_id], lag)[0].to_json()
+    current = ask_scheduler(record, commands, now)
     with update_record(attempt_dir) as fresh:
         add_observation(fresh, now, current)
     return current
+
+
+def ask_scheduler(record: dict, commands: SlurmCommands, now: float) -> dict:
+    """A fresh observation of the attempt's job, from the cluster it was submitted to, once every
+    row is shown to be that job (by the name dd-slurm gave it)."""
+    from dd_slurm.scheduler.observe import LagClock
+    from dd_slurm.scheduler.query import check_job_name, observations
+
+    job_id = record["job_id"]
+    seen = record.get("last_seen") or record.get("submitted_at") or now
+    lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0), {job_id: seen})
+    result = commands.for_cluster(record.get("cluster")).query([job_id], record.get("submitted_at"))
+    check_job_name(result, record.get("job_name"), record.get("cluster"))
+    return observations(result, [job_id], lag)[0].to_json()
 
 
 def effective(attempt: dict[str, Any], obs: Optional[dict[str, Any]]) -> Optional[dict[str, str]]:
@@ -92,7 +101,7 @@ def cancel(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str
     ended = _ended(attempt_dir, record, commands, clock)
     if ended:
         return {**out, "ended": ended}
-    commands.cancel(job_id)
+    commands.for_cluster(record.get("cluster")).cancel(job_id)
     with update_record(attempt_dir) as fresh:
         fresh["cancel_requests"].append({"time": clock.wall()})
     return {**out, "cancel_requested": True}
@@ -104,14 +113,7 @@ def _ended(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Cloc
         return f"the attempt is done ({attempt['outcome']}, {attempt['reason']})"
     final = settled(record)
     if final is None:
-        from dd_slurm.scheduler.observe import LagClock
-        from dd_slurm.scheduler.query import observations
-
-        now = clock.wall()
-        lag = LagClock(now, float(record.get("reconcile_deadline_s") or 300.0),
-                       {record["job_id"]: record.get("last_seen") or record.get("submitted_at") or now})
-        final = observations(commands.query([record["job_id"]], record.get("submitted_at")), [record["job_id"]],
-                             lag)[0].to_json()
+        final = ask_scheduler(record, commands, clock.wall())
     if final["terminal"]:
         return f"job {final['job_id']} has ended ({final['state']})"
     return None

@@ -101,9 +101,8 @@ def settled(record: dict) -> Optional[dict]:
 
 
 def observe_entries(entries: Iterable[Entry], commands: Any, now: float) -> dict[str, Optional[dict]]:
-    """Observation per attempt id: persisted ones as they are, the rest from one query round."""
-    from dd_slurm.scheduler.observe import LagClock, index_rows, observe
-
+    """Observation per attempt id: persisted ones as they are, the rest from one query round per
+    cluster (each asked with the tools its attempts were submitted with)."""
     found: dict[str, Optional[dict]] = {}
     asking: dict[str, Entry] = {}
     for entry in entries:
@@ -112,8 +111,19 @@ def observe_entries(entries: Iterable[Entry], commands: Any, now: float) -> dict
             found[entry.id] = known
         else:
             asking[entry.job_id] = entry
-    if not asking:
-        return found
+    by_cluster: dict[str, dict[str, Entry]] = {}  # one query round per cluster the attempts went to
+    for job_id, entry in asking.items():
+        by_cluster.setdefault(json.dumps(entry.record.get("cluster"), sort_keys=True), {})[job_id] = entry
+    for group in by_cluster.values():
+        found.update(_observe_group(group, commands.for_cluster(next(iter(group.values())).record.get("cluster")), now))
+    _persist([(e, observed) for e in asking.values() if (observed := found.get(e.id)) and observed.get("terminal")], now)
+    return found
+
+
+def _observe_group(asking: dict[str, Entry], commands: Any, now: float) -> dict[str, Optional[dict]]:
+    """One query round for attempts of one cluster, by attempt id."""
+    from dd_slurm.scheduler.observe import LagClock, index_rows, observe
+
     ids = list(asking)
     deadline = min(float(e.record.get("reconcile_deadline_s") or 300.0) for e in asking.values())
     seen = {j: e.record.get("last_seen") or e.record.get("submitted_at") or now for j, e in asking.items()}
@@ -121,11 +131,9 @@ def observe_entries(entries: Iterable[Entry], commands: Any, now: float) -> dict
     since = None if None in submitted else min(t for t in submitted if t is not None)
     result = commands.query(ids, since)
     sacct = index_rows(result.sacct) if result.sacct is not None else None
-    for obs in observe(ids, index_rows(result.squeue), sacct, LagClock(now, deadline, seen), result.sacct_error):
-        if obs.job_id in asking:
-            found[asking[obs.job_id].id] = obs.to_json()
-    _persist([(e, observed) for e in asking.values() if (observed := found.get(e.id)) and observed.get("terminal")], now)
-    return found
+    return {asking[obs.job_id].id: obs.to_json()
+            for obs in observe(ids, index_rows(result.squeue), sacct, LagClock(now, deadline, seen), result.sacct_error)
+            if obs.job_id in asking}
 
 
 def _persist(pairs: list[tuple[Entry, dict]], now: float) -> None:

@@ -49,16 +49,17 @@ _SIGNAL = re.compile(r"[A-Z0-9]{1,10}\Z", re.ASCII)
 
 class Submission(NamedTuple):
     """What sbatch created: the job id; `adopted` when it was found by name after an ambiguous
-    answer, with any duplicates of that name cancelled and named in `note`."""
+    answer, with any duplicates of that name cancelled and named in `note`; the cluster it went to."""
 
     job_id: str
     adopted: bool = False
     duplicates: tuple[str, ...] = ()
     note: str = ""
+    cluster: Optional[dict[str, Optional[str]]] = None
 
     def record_fields(self, submitted_at: float) -> dict:
         """What the attempt (or run) record keeps of it."""
-        fields: dict = {"job_id": self.job_id, "submitted_at": submitted_at}
+        fields: dict = {"job_id": self.job_id, "submitted_at": submitted_at, "cluster": self.cluster}
         if self.adopted:
             fields["submission"] = {"adopted": True, "duplicates_cancelled": list(self.duplicates), "note": self.note}
         return fields
@@ -168,7 +169,12 @@ class SlurmCommands:
         """sbatch --parsable (with the plan's forwarded variables, nothing else of ours). sbatch is
         never rerun before the unique job name has been looked up in squeue and sacct: an
         ambiguous answer (a transport error, a timeout, unreadable output) may hide a job that
-        exists. Found: adopted (the first; any others are cancelled and named)."""
+        exists. Found: adopted (the first; any others are cancelled and named). Then the cluster
+        it went to (`cluster`), for every later question about the job."""
+        return self._submit(script, job_name, forward, since)._replace(cluster=self.cluster())
+
+    def _submit(self, script: Path, job_name: str, forward: Mapping[str, str] | None,
+                since: Optional[float]) -> Submission:
         since = self.clock.wall() if since is None else since
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
@@ -295,6 +301,26 @@ class SlurmCommands:
     def show(self, kind: str, *names: str) -> str:
         """`scontrol show job -o ID` / `scontrol show config`: the raw text (parsed by its user)."""
         return self.run("scontrol", ["show", kind, *(["-o", *names] if names else [])]).stdout
+
+    def cluster(self) -> dict[str, Optional[str]]:
+        """The cluster these tools reach, as the attempt record keeps it: ClusterName (None when
+        `scontrol show config` fails or names none), the tools' directory, SLURM_CONF when set."""
+        try:
+            name = parse.parse_cluster_name(self.show("config"))
+        except SchedulerError:
+            name = None
+        return {"name": name, "bin_dir": str(Path(self.executable("sbatch")).parent),
+                "slurm_conf": self.env.get("SLURM_CONF")}
+
+    def for_cluster(self, cluster: Optional[Mapping[str, Optional[str]]]) -> SlurmCommands:
+        """This client, or one for the cluster an attempt was submitted to (its recorded tools and
+        SLURM_CONF) when that is another: an attempt is asked about where it runs."""
+        if not cluster or not cluster.get("bin_dir") or (
+                cluster["bin_dir"] == self.bin_dir and cluster.get("slurm_conf") == self.env.get("SLURM_CONF")):
+            return self
+        conf = cluster.get("slurm_conf")
+        return SlurmCommands(self.clock, cluster["bin_dir"], {"SLURM_CONF": conf} if conf else {},
+                             timeout_s=self.timeout_s, attempts=self.attempts, backoff_s=self.backoff_s)
 
     def bounded(self, timeout_s: float) -> SlurmCommands:
         """The same client with one try of at most `timeout_s` per call (cleanup's budget)."""

@@ -92,6 +92,15 @@ def parse_sbatch(stdout: str) -> str:
     raise OutputError(f"sbatch: no job id in output {stdout.strip()[:200]!r}")
 
 
+_CLUSTER_NAME = re.compile(r"^ClusterName\s*=\s*([A-Za-z0-9][A-Za-z0-9._-]{0,63})\s*$", re.ASCII | re.MULTILINE)
+
+
+def parse_cluster_name(text: str) -> Optional[str]:
+    """ClusterName from `scontrol show config`; None when it says none (or nothing a name could be)."""
+    found = _CLUSTER_NAME.search(text)
+    return found.group(1) if found else None
+
+
 def parse_job_token(token: str, tool: str, number: int) -> Optional[tuple[str, Optional[str], Optional[int]]]:
     """(job, task, het) for an allocation id; None for a step id (`123.batch`, `1234.0+0`)."""
     if token.isascii() and token.isdigit() and len(token) < 10 and token[0] != "0":

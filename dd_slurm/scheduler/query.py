@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional
 
 from dd_slurm.clock import Clock
-from dd_slurm.errors import InvalidInput
+from dd_slurm.errors import InvalidInput, SchedulerError
 from dd_slurm.store.attempt_record import JOB_ID
 
 if TYPE_CHECKING:
@@ -18,6 +19,21 @@ def observations(result: QueryResult, job_ids: list[str], lag: LagClock) -> list
 
     sacct = index_rows(result.sacct) if result.sacct is not None else None
     return observe(job_ids, index_rows(result.squeue), sacct, lag, result.sacct_error)
+
+
+def check_job_name(result: QueryResult, job_name: Optional[str], cluster: Optional[Mapping[str, Any]]) -> None:
+    """Every row the scheduler gave about an attempt's job carries the name dd-slurm gave that job;
+    a row with another name means the id is another job's (asked of another cluster, or an id
+    handed out again): a SchedulerError, before anything is believed or cancelled."""
+    if not job_name:
+        return
+    for row in [*result.squeue, *(result.sacct or [])]:
+        if row.name != job_name:
+            job = row.job + (f"_{row.task}" if row.task else "")
+            where = f" (it was submitted to cluster {cluster.get('name') or '?'}, tools in {cluster.get('bin_dir')})" \
+                if cluster else ""
+            raise SchedulerError(f"job {job} here is {row.name[:80]!r}, not this attempt's {job_name!r}: the id "
+                                 f"belongs to another job{where}")
 
 
 def query(job_ids: list[str], commands: SlurmCommands, clock: Clock) -> list[Observation]:

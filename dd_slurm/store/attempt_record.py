@@ -27,7 +27,7 @@ from dd_slurm.plan.fields import FieldError, check_text
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
 from dd_slurm.store.converter import CONVERTER, free_text, register_record, structure_record
-from dd_slurm.store.run_record import CancelRequest, Submission
+from dd_slurm.store.run_record import CancelRequest, Cluster, Submission
 
 MAX_OBSERVATIONS = 50
 JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,7})?\Z", re.ASCII)
@@ -79,6 +79,7 @@ class AttemptRecord:
     submit_started_at: Optional[float] = None
     submit_error: Optional[str] = None
     submission: Optional[Submission] = None
+    cluster: Optional[Cluster] = None
 
 
 def _job_id(value: Any, _type: Any) -> Optional[str]:

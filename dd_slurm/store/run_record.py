@@ -18,6 +18,7 @@ import attrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from dd_slurm.errors import AttemptDirError
+from dd_slurm.plan.fields import IDENTIFIER, FieldError, check_text
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
 from dd_slurm.store.converter import CONVERTER, free_text, read_record_file, register_record, structure_record
@@ -30,6 +31,17 @@ _JOB_ID = re.compile(r"\d+\Z")
 class CancelRequest:
     time: float
     via: Optional[str] = None
+
+
+@attrs.frozen(kw_only=True)
+class Cluster:
+    """The cluster a job was submitted to, as `submit` saw it: Slurm's ClusterName (null when
+    `scontrol show config` did not say), the directory of the Slurm tools it ran, and SLURM_CONF
+    when set. status, cancel, list and logs ask that cluster, whatever the shell points at."""
+
+    name: Optional[str]
+    bin_dir: Optional[str]
+    slurm_conf: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -59,6 +71,7 @@ class RunRecord:
     submit_started_at: Optional[float] = None
     submit_error: Optional[str] = None
     submission: Optional[Submission] = None
+    cluster: Optional[Cluster] = None
 
 
 def _optional_text(value: Any, _type: Any) -> Optional[str]:
@@ -69,6 +82,23 @@ register_record(CancelRequest)
 CONVERTER.register_unstructure_hook(CancelRequest, make_dict_unstructure_fn(  # no null `via`
     CancelRequest, CONVERTER, via=override(omit_if_default=True)))
 register_record(Submission, note=free_text)
+def _cluster_name(value: Any, _type: Any) -> Optional[str]:
+    if value is not None and (type(value) is not str or not IDENTIFIER.match(value)):
+        raise FieldError("must be a Slurm cluster name")
+    return value
+
+
+def _absolute_path(value: Any, _type: Any) -> Optional[str]:
+    """A path read back and then used to run the Slurm tools: absolute, with no control characters."""
+    if value is None:
+        return None
+    if type(value) is not str or not value.startswith("/"):
+        raise FieldError("must be an absolute path")
+    check_text(value)
+    return value
+
+
+register_record(Cluster, name=_cluster_name, bin_dir=_absolute_path, slurm_conf=_absolute_path)
 register_record(RunRecord, submit_error=_optional_text)
 
 
@@ -159,4 +189,4 @@ def shard_submission(attempt_dir: Path, record: dict[str, Any], runs: dict[str, 
     if not run.get("job_id") or Path(attempt_dir).name not in run["shards"][shard["index"]:shard["index"] + 1]:
         return {}
     return {"job_id": f"{run['job_id']}_{shard['index']}", "array_job_id": run["job_id"],
-            "submitted_at": run.get("submitted_at")}
+            "submitted_at": run.get("submitted_at"), "cluster": run.get("cluster")}

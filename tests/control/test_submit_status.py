@@ -23,9 +23,10 @@ from tests.runtime.harness import plan_data, stage_plan
 
 
 def staged(tmp_path: Path, job_id: str | None = None, **record):
+    """A staged attempt, submitted as `job_id` when given: the job fake_job makes, named dd-x."""
     attempt = stage_plan(tmp_path, plan_data()).attempt_dir
     with update_record(attempt) as fresh:
-        fresh.update(job_id=job_id, submitted_at=1_700_000_000.0 if job_id else None, **record)
+        fresh.update(job_id=job_id, submitted_at=1_700_000_000.0 if job_id else None, job_name="dd-x", **record)
     return attempt
 
 
@@ -118,6 +119,9 @@ class _Gated:
 
     def __init__(self, release: threading.Event | None) -> None:
         self.release = release
+
+    def for_cluster(self, cluster):
+        return self
 
     def query(self, job_ids, submitted_since=None):
         if self.release:

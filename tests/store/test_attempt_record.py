@@ -47,7 +47,7 @@ def test_a_record_read_back_has_every_field() -> None:
     """What staging writes holds every field of the record (absent ones null or empty), so a
     reader never meets a missing key."""
     assert {**dict.fromkeys(("job_id", "submitted_at", "last_seen", "shard", "array_job_id", "submit_started_at",
-                             "submit_error", "submission")), "observations": [], "cancel_requests": [],
+                             "submit_error", "submission", "cluster")), "observations": [], "cancel_requests": [],
             **STAGED} == json.loads(new_record(**STAGED))
 
 

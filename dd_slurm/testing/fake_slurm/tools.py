@@ -326,7 +326,8 @@ def scontrol(fake: FakeSlurm, argv: list[str]) -> int:
               f"EndTime={job.get('end_time') or 'Unknown'} Partition=debug")
         return 0
     if argv == ["show", "config"]:
-        print("Configuration data as of 2026-01-01T00:00:00\nKillWait                = 5 sec\nMinJobAge               = 30 sec")
+        print("Configuration data as of 2026-01-01T00:00:00\nClusterName             = fake\n"
+              "KillWait                = 5 sec\nMinJobAge               = 30 sec")
         return 0
     print(f"scontrol: error: fake scontrol does not implement {' '.join(argv)}", file=sys.stderr)
     return 1
