@@ -13,7 +13,24 @@ from dd_slurm.cli_runtime import advance, run
 from dd_slurm.errors import EXIT_INVALID, DdSlurmError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+IN_ALLOCATION = ("run", "advance")  # what the batch script runs; a user rarely types them
+
+
+class _Sections(click.Group):
+    """`--help` lists the user's commands first and the in-allocation ones apart."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = [n for n in self.list_commands(ctx) if not self.commands[n].hidden]
+        for title, group in (("Commands", [n for n in names if n not in IN_ALLOCATION]),
+                             ("Inside the allocation (the batch script runs these)",
+                              [n for n in names if n in IN_ALLOCATION])):
+            rows = [(n, self.commands[n].get_short_help_str(formatter.width - 16)) for n in group]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+@click.group(cls=_Sections, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dd-slurm")
 def cli() -> None:
     """Run Data Designer generation against model servers on a Slurm allocation."""

@@ -203,3 +203,20 @@ def test_malformed_scheduler_output_leaves_persisted_state_unchanged(dd_slurm_ex
     assert (3, 1) == (result.returncode, len(result.stderr.splitlines()))
     assert "squeue line 1" in result.stderr
     assert before == (tmp_path / "ws" / "attempts" / attempt.rsplit("/", 1)[1] / "attempt.json").read_bytes()
+
+
+def test_help_lists_the_users_commands_apart_from_the_in_allocation_ones() -> None:
+    """`dd-slurm --help`: every command once; `run` and `advance` (what the batch script runs) in
+    their own section after the user's commands."""
+    from click.testing import CliRunner
+
+    from dd_slurm.cli import cli
+
+    out = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+    sections = {}
+    for block in out.split("\n\n"):
+        title, *rows = block.strip().splitlines()
+        sections[title] = [row.split()[0] for row in rows if row.startswith("  ")]
+    assert (["cancel", "diagram", "inspect", "list", "logs", "query", "render", "stage", "status", "submit",
+             "validate"], ["advance", "run"]) == (
+        sections["Commands:"], sections["Inside the allocation (the batch script runs these):"])
