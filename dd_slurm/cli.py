@@ -12,7 +12,6 @@ from dd_slurm.cli_output import emit, fail, json_option
 from dd_slurm.cli_runtime import advance, run
 from dd_slurm.errors import EXIT_INVALID, DdSlurmError
 
-
 IN_ALLOCATION = ("run", "advance")  # what the batch script runs; a user rarely types them
 
 
