@@ -256,6 +256,7 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
         click.echo(json.dumps(out, sort_keys=True))
     else:
         emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}"
+             + (f" (an array of {len(v['shards'])} shards)" if "shards" in v else "")
              + (f"\nnote: {v['note']}" if v.get("note") else ""))
     if wait and "shards" in out:
         _run_status(out["attempt_dir"], as_json, True, interval)
@@ -306,8 +307,13 @@ def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
     from dd_slurm.control.watch import follow
     from dd_slurm.store.attempt_record import read_record
 
-    code = follow(lambda: do_status(directory, commands, clock), clock, click.echo,
-                  read_record(directory).get("submitted_at"), interval, as_json)
+    record = read_record(directory)
+    try:
+        code = follow(lambda: do_status(directory, commands, clock), clock, click.echo, record.get("submitted_at"),
+                      interval, as_json)
+    except KeyboardInterrupt:  # the user stops watching, not the job
+        fail(f"stopped watching; job {record.get('job_id') or '(not submitted)'} keeps running "
+             f"(dd-slurm cancel {directory} cancels it)", 130)
     if code != 0 and not as_json:
         from dd_slurm.control.logs import failure_ending
 

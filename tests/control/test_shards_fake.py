@@ -174,3 +174,12 @@ def test_list_takes_no_task_of_an_older_array_that_had_the_run_s_id(finished_run
         fake.set_job(out["job_id"], in_sacct=True)
         with fake.edit() as state:
             state.pop("older", None)
+
+
+def test_submit_of_an_array_says_how_many_shards_it_submitted(fake_slurm, tmp_path) -> None:
+    """`submit` (text) of a 3-shard plan: the run dir, then `submitted batch job J (an array of 3
+    shards)`."""
+    env = {**os.environ, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    (tmp_path / "plan.json").write_text(json.dumps(sharded_plan(3, 1)))
+    lines = cli(env, "submit", str(tmp_path / "plan.json"), "-w", str(tmp_path / "ws")).stdout.splitlines()
+    assert [True, "submitted batch job 1000 (an array of 3 shards)"] == [lines[0].startswith(str(tmp_path)), lines[1]]

@@ -143,3 +143,26 @@ def test_submit_refuses_an_attempt_of_another_workspace(dd_slurm_exe, fake_slurm
     out = run(dd_slurm_exe + ["submit", attempt, "-w", str(tmp_path / "other")], env=env)
     assert (2, 0) == (out.returncode, len(fake_slurm.calls("sbatch")))
     assert "not an attempt of workspace" in out.stderr
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_in_watch_says_the_job_keeps_running(dd_slurm_exe, fake_slurm, tmp_path, clean_env) -> None:
+    """Ctrl-C (SIGINT) while `status --watch` follows a running job stops the watching only: exit
+    130 and one line saying the job keeps running and how to cancel it; no scancel is sent."""
+    import signal
+    import time
+
+    from tests.control.test_submit_status import fake_job, staged
+
+    attempt = staged(tmp_path, "1000")
+    fake_job(fake_slurm, "1000", state="RUNNING")
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    watch = subprocess.Popen(dd_slurm_exe + ["status", "--watch", "--interval", "0.2", str(attempt)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not fake_slurm.calls("squeue") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watch.send_signal(signal.SIGINT)
+    _out, err = watch.communicate(timeout=30)
+    assert (130, f"error: stopped watching; job 1000 keeps running (dd-slurm cancel {attempt} cancels it)\n", []) == (
+        watch.returncode, err, fake_slurm.calls("scancel"))
