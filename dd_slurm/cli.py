@@ -326,13 +326,18 @@ def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
 @click.argument("job_ids", nargs=-1, required=True)
 @json_option
 def query(job_ids: tuple[str, ...], as_json: bool) -> None:
-    """Normalized scheduler observations for raw job ids (arrays expanded per task)."""
+    """Normalized scheduler observations for raw job ids (arrays expanded per task); exit 2 when
+    a job id is in neither squeue nor sacct (every observation is printed first)."""
     from dd_slurm.scheduler.query import query as do_query
 
     found = [o.to_json() for o in do_query(list(job_ids), _commands(), _clock())]
     emit(found, as_json, lambda rows: "\n".join(
         f"{o['job_id']}\t{o['state']}\t{o['exit_code'] if o['exit_code'] is not None else '-'}"
         f"\t{o['reason'] or ''}" for o in rows))
+    unknown = [o["job_id"] for o in found if o["state"] == "lost" and o["source"] == "none"]
+    if unknown:
+        fail(f"no job {unknown[0]} on this cluster: in neither squeue nor sacct"
+             + (f" (nor {len(unknown) - 1} more of the ids)" if len(unknown) > 1 else ""), EXIT_INVALID)
 
 
 @cli.command(name="list")

@@ -286,3 +286,13 @@ def test_submit_says_when_it_adopted_a_job(fake_slurm, tmp_path, dd_slurm_exe, c
                          capture_output=True, text=True, timeout=60)
     assert (0, 1) == (out.returncode, len(fake_slurm.calls("sbatch")))
     assert "submitted batch job 1000" in out.stdout and "note: sbatch's answer was ambiguous" in out.stdout
+
+
+def test_query_of_a_job_nobody_knows_exits_2_after_printing_every_answer(fake_slurm, dd_slurm_exe, clean_env) -> None:
+    """`query 1000 1001` where only 1000 exists: both observations are printed (1001 `lost`, in
+    neither squeue nor sacct), then one error line naming 1001, exit 2 (was exit 0)."""
+    fake_job(fake_slurm, "1000", state="RUNNING")
+    out = subprocess.run(dd_slurm_exe + ["query", "1000", "1001"], capture_output=True, text=True, timeout=60,
+                         env={**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)})
+    assert (2, ["1000\trunning", "1001\tlost"], "error: no job 1001 on this cluster: in neither squeue nor sacct\n") == (
+        out.returncode, [line.rsplit("\t", 2)[0] for line in out.stdout.splitlines()], out.stderr)
