@@ -214,12 +214,17 @@ def list_workspace(workspace: Path, commands: Any, now: float) -> dict[str, Any]
 
 
 def list_text(view: dict[str, Any]) -> str:
-    lines = [f"{'ATTEMPT':<48} {'STATE':<9} {'OUTCOME':<40} {'JOB':<12} AGE"]
+    """One row per attempt, each column as wide as its widest cell (an 80-column terminal holds a
+    typical workspace: `demo-20261206T120000-1a2b3c  done failed (client_failed) 41 2h`)."""
+    rows = [("ATTEMPT", "STATE", "OUTCOME", "JOB", "AGE")]
     for r in view["attempts"]:
         eff = r["effective"]
         outcome = f"{eff['outcome']} ({eff['reason']})" if eff else "-"
         job = (r["job_id"] or "-") + (f" {r['job_state']}" if r["job_state"] and not eff else "")
-        lines.append(f"{r['id']:<48} {r['state']:<9} {outcome:<40} {job:<12} {_age(r['age_s'])}")
+        rows.append((r["id"], r["state"], outcome, job, _age(r["age_s"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = [f"{row[0].ljust(widths[0])}  " + " ".join([*(c.ljust(w) for c, w in zip(row[1:4], widths[1:])), row[4]])
+             for row in rows]
     if len(lines) == 1:
         lines.append("(no attempts)")
     return "\n".join(lines)

@@ -296,3 +296,20 @@ def test_query_of_a_job_nobody_knows_exits_2_after_printing_every_answer(fake_sl
                          env={**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)})
     assert (2, ["1000\trunning", "1001\tlost"], "error: no job 1001 on this cluster: in neither squeue nor sacct\n") == (
         out.returncode, [line.rsplit("\t", 2)[0] for line in out.stdout.splitlines()], out.stderr)
+
+
+def test_list_fits_80_columns_for_a_typical_workspace() -> None:
+    """`list` sizes each column to its widest cell: attempts named like `demo-20261206T120000-1a2b3c`
+    with a job state or an outcome fit an 80-column terminal, columns aligned."""
+    from dd_slurm.control.workspace import list_text
+
+    def row(i: int, state: str, effective: dict | None, job_state: str | None) -> dict:
+        return {"id": f"demo-20261206T12000{i}-1a2b3{i}", "state": state, "effective": effective,
+                "job_id": f"4{i}_1", "job_state": job_state, "age_s": 7200.0}
+
+    text = list_text({"attempts": [row(0, "done", {"outcome": "failed", "reason": "client_failed"}, "failed"),
+                                   row(1, "deploying", None, "running")]})
+    assert ["ATTEMPT                      STATE     OUTCOME                JOB          AGE",
+            "demo-20261206T120000-1a2b30  done      failed (client_failed) 40_1         2h",
+            "demo-20261206T120001-1a2b31  deploying -                      41_1 running 2h"] == text.splitlines()
+    assert max(len(line) for line in text.splitlines()) <= 80
