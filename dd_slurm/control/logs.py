@@ -113,11 +113,19 @@ def human_size(size: int) -> str:
 
 
 def listing_text(logs: list[LogFile], attempt_dir: Path) -> str:
+    """Name, size and file relative to the attempt dir (`logs/client.log`; `--json` gives full paths)."""
     if not logs:
         return f"no logs yet in {Path(attempt_dir) / files.LOGS_DIR}"
     width = max(len(log.name) for log in logs)
-    return "\n".join(f"{log.name:<{width}}  {human_size(log.size):>10}  {log.path}"
+    return "\n".join(f"{log.name:<{width}}  {human_size(log.size):>10}  {_relative(log.path, attempt_dir)}"
                      + (f"  ({log.note})" if log.note else "") for log in logs)
+
+
+def _relative(path: Path, attempt_dir: Path) -> str:
+    try:
+        return str(Path(path).relative_to(attempt_dir))
+    except ValueError:
+        return str(path)
 
 
 def _open(path: Path) -> Optional[int]:

@@ -124,7 +124,7 @@ def test_cli_lists_prints_and_rejects(dd_slurm_exe, tmp_path) -> None:
     printed = subprocess.run(dd_slurm_exe + ["logs", str(directory), "client"], capture_output=True, timeout=30)
     bad = subprocess.run(dd_slurm_exe + ["logs", str(directory), "nope"], capture_output=True, text=True, timeout=30)
     assert (0, 5) == (listing.returncode, len(listing.stdout.splitlines()))
-    assert "2.1 KiB" in listing.stdout.splitlines()[1]
+    assert "client           2.1 KiB  logs/client.log" == listing.stdout.splitlines()[1]  # relative to the dir
     assert (0, FILES["client.log"]) == (printed.returncode, printed.stdout)
     assert (2, 1) == (bad.returncode, len(bad.stderr.splitlines()))
 
