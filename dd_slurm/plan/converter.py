@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 import typing
-from typing import Any
+from typing import Any, Optional
 
+import attrs
 import cattrs
 from cattrs.errors import AttributeValidationNote, ForbiddenExtraKeysError, IterableValidationNote
 
@@ -85,7 +88,36 @@ def structure_plan(data: Any) -> Any:
         return CONVERTER.structure(data, Plan)
     except Exception as err:
         path, reason = first_error(err, "")
+        if reason == MISSING:
+            path, reason = misspelt(data, path) or (path, reason)
         raise PlanError(path.lstrip("."), reason) from None
+
+
+MISSING = "required key is missing"
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def misspelt(data: Any, path: str) -> Optional[tuple[str, str]]:
+    """For a required key reported missing: the key typed beside it that is close to its name,
+    as the error to report instead (`job.time_limt: unknown key (did you mean time_limit?)`)."""
+    steps = [(name, index) for name, index in _STEP.findall(path)]
+    if not steps or not steps[-1][0]:
+        return None
+    parent: Any = data
+    for name, index in steps[:-1]:
+        parent = parent.get(name) if name and isinstance(parent, dict) else (
+            parent[int(index)] if index and isinstance(parent, list) and int(index) < len(parent) else None)
+    wanted = steps[-1][0]
+    typed = [k for k in parent if isinstance(k, str) and k != wanted] if isinstance(parent, dict) else []
+    close = difflib.get_close_matches(wanted, typed, n=1, cutoff=0.75)
+    if not close:
+        return None
+    return f"{path[: len(path) - len(wanted) - 1]}.{close[0]}", f"unknown key (did you mean {wanted}?)"
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def first_error(err: BaseException, path: str) -> tuple[str, str]:
@@ -93,13 +125,14 @@ def first_error(err: BaseException, path: str) -> tuple[str, str]:
     if isinstance(err, _Nested):
         return first_error(err.inner, path + err.prefix)
     if isinstance(err, ForbiddenExtraKeysError):
-        return f"{path}.{sorted(err.extra_fields)[0]}", "unknown key"
+        key = sorted(err.extra_fields)[0]
+        return f"{path}.{key}", "unknown key" + did_you_mean(key, [f.name for f in attrs.fields(err.cl)])
     if isinstance(err, cattrs.BaseValidationError):
         return _first_in_group(err, path)
     if isinstance(err, FieldError):
         return path + err.subpath, err.reason
     if isinstance(err, KeyError):
-        return path, "required key is missing"
+        return path, MISSING
     return path, str(err) or type(err).__name__
 
 

@@ -237,3 +237,31 @@ def test_new_keys_have_their_documented_defaults() -> None:
     assert expected == (dep.replicas, dep.max_inflight, dep.served_model, dep.port, dep.env.api_key_var,
                         plan.gateway.queue_limit, plan.gateway.queue_timeout_s, plan.gateway.stall_timeout_s,
                         plan.job.array, plan.job.shards)
+
+
+def _objects(data, path=""):
+    """(path, object) of every JSON object in `data`, the plan's own included."""
+    if isinstance(data, dict):
+        yield path, data
+        for key, value in data.items():
+            yield from _objects(value, f"{path}.{key}")
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _objects(value, f"{path}[{index}]")
+
+
+@given(st.data())
+def test_a_misspelt_key_is_named_with_the_key_it_meant(data) -> None:
+    """Any key of any object in a valid plan, renamed by one typo (a letter dropped or doubled):
+    the error names the misspelt key as unknown and the key it meant, never `required key is
+    missing` for the key the user did type."""
+    plan = json.loads((PLANS / "single-node.json").read_text())
+    path, obj = data.draw(st.sampled_from([(p, o) for p, o in _objects(plan) if o and not p.endswith((".set",))]))
+    key = data.draw(st.sampled_from(sorted(k for k in obj if len(k) >= 4)))
+    at = data.draw(st.integers(1, len(key) - 1))
+    typo = data.draw(st.sampled_from([key[:at] + key[at + 1:], key[:at] + key[at] + key[at:]]))
+    obj[typo] = obj.pop(key)
+    with pytest.raises(PlanError) as caught:
+        parse_plan(json.dumps(plan))
+    assert f"{path.lstrip('.') + '.' if path else ''}{typo}: unknown key (did you mean {key}?)" == str(
+        caught.value)
