@@ -45,13 +45,15 @@ cli.add_command(advance)
 def validate(plans: tuple[str, ...], as_json: bool) -> None:
     """Strictly validate resolved plan files (exit 2 on the first invalid field of each); `-` reads stdin."""
     from dd_slurm.errors import PlanError
+    from dd_slurm.plan.checks import argv_warnings
     from dd_slurm.plan.io import load_plan, parse_plan, plan_digest
 
-    results, errors = [], []
+    results: list[dict[str, Any]] = []
+    errors: list[str] = []
     for path in plans:
         try:
             plan = parse_plan(sys.stdin.buffer.read()) if path == "-" else load_plan(path)
-            results.append({"plan": path, "valid": True, "digest": plan_digest(plan)})
+            results.append({"plan": path, "valid": True, "digest": plan_digest(plan), "warnings": argv_warnings(plan)})
         except PlanError as err:
             results.append({"plan": path, "valid": False, "error": str(err)})
             errors.append(f"error: {path}: {err}" if len(plans) > 1 else f"error: {err}")
@@ -61,6 +63,8 @@ def validate(plans: tuple[str, ...], as_json: bool) -> None:
         for result in results:
             if result["valid"]:
                 click.echo(f"ok {result['plan']} sha256:{result['digest']}")
+                for warning in result["warnings"]:
+                    click.echo(warning if len(plans) == 1 else f"{result['plan']}: {warning}", err=True)
     for line in errors:
         click.echo(line, err=True)
     sys.exit(EXIT_INVALID if errors else 0)
@@ -251,6 +255,11 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
         from dd_slurm.control.submit_staged import submit_staged as do_submit  # type: ignore[assignment]
     else:
         from dd_slurm.control.submit import submit as do_submit  # type: ignore[assignment]
+        from dd_slurm.plan.checks import argv_warnings
+        from dd_slurm.plan.io import load_plan
+
+        for warning in argv_warnings(load_plan(plan)):
+            click.echo(warning, err=True)
     out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
     if wait and as_json:  # the whole output is JSON Lines
         click.echo(json.dumps(out, sort_keys=True))

@@ -220,3 +220,13 @@ def test_help_lists_the_users_commands_apart_from_the_in_allocation_ones() -> No
     assert (["cancel", "diagram", "inspect", "list", "logs", "query", "render", "stage", "status", "submit",
              "validate"], ["advance", "run"]) == (
         sections["Commands:"], sections["Inside the allocation (the batch script runs these):"])
+
+
+def test_validate_warns_of_a_shell_variable_and_still_passes(dd_slurm_exe, tmp_path) -> None:
+    """A valid plan with `$HF_HOME` in an argument: exit 0, the ok line, one warning line on stderr."""
+    data = json.loads((PLANS / "single-node.json").read_text())
+    data["deployments"][0]["argv"] += ["--download-dir", "$HF_HOME"]
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    result = run(dd_slurm_exe + ["validate", str(tmp_path / "plan.json")])
+    assert (0, True, 1) == (result.returncode, result.stdout.startswith("ok "),
+                            len([line for line in result.stderr.splitlines() if line.startswith("warning: ")]))

@@ -171,13 +171,9 @@ def submit_staged_run(run_dir: str, workspace: str, commands: Any, clock: Clock,
     """`dd-slurm submit <run dir>`: a run staged earlier (`dd-slurm stage` of an array plan)."""
     from dd_slurm.bundle.stage import workspace_path
     from dd_slurm.plan.io import load_plan
-    from dd_slurm.scheduler.render import forwarded_names
+    from dd_slurm.scheduler.render import forwarded_values
 
     directory = Path(run_dir).resolve()
     if directory.parent != (workspace_path(workspace) / RUNS_DIR).resolve():
         raise InvalidInput(f"{run_dir}: not a run of workspace {workspace}")
-    names = forwarded_names(load_plan(directory / files.PLAN))
-    missing = [name for name in names if name not in environ]
-    if missing:
-        raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
-    return submit_run_dir(directory, commands, clock, {n: environ[n] for n in names})
+    return submit_run_dir(directory, commands, clock, forwarded_values(load_plan(directory / files.PLAN), environ))

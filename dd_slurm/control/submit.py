@@ -19,21 +19,18 @@ def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock
            environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import stage
     from dd_slurm.plan.io import load_plan
-    from dd_slurm.scheduler.render import forwarded_names
+    from dd_slurm.scheduler.render import forwarded_values
 
     plan = load_plan(plan_path)
-    missing = [name for name in forwarded_names(plan) if name not in environ]
-    if missing:
-        raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
+    forward = forwarded_values(plan, environ)
     if plan.job.array is not None:
         from dd_slurm.control.shards import submit_run
 
-        return submit_run(plan, workspace, commands, clock, {n: environ[n] for n in forwarded_names(plan)})
+        return submit_run(plan, workspace, commands, clock, forward)
     staged = stage(plan, workspace, clock, commands.bin_dir)
     started = clock.wall()
     try:
-        done = commands.submit(staged.script, staged.job_name, {n: environ[n] for n in forwarded_names(plan)},
-                               since=started)
+        done = commands.submit(staged.script, staged.job_name, forward, since=started)
     except Exception as err:
         _after_failed_submit(staged.attempt_dir, err)
         raise

@@ -34,7 +34,7 @@ def submit_staged(attempt_dir: str, workspace: str, commands: SlurmCommands, clo
                   environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import workspace_path
     from dd_slurm.plan.io import load_plan
-    from dd_slurm.scheduler.render import forwarded_names
+    from dd_slurm.scheduler.render import forwarded_values
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     directory = checked_dir(attempt_dir).resolve()
@@ -42,15 +42,11 @@ def submit_staged(attempt_dir: str, workspace: str, commands: SlurmCommands, clo
         raise InvalidInput(f"{attempt_dir}: not an attempt of workspace {workspace}")
     if not (directory / files.SCRIPT).is_file():
         raise AttemptDirError(f"{attempt_dir}: no {files.SCRIPT} (not staged by dd-slurm?)")
-    names = forwarded_names(load_plan(directory / files.PLAN))
-    missing = [name for name in names if name not in environ]
-    if missing:
-        raise InvalidInput(f"env.forward: {missing[0]} is not set in this environment, so it cannot be forwarded")
+    forward = forwarded_values(load_plan(directory / files.PLAN), environ)
     record = claim(directory, clock)
     started = record.get("submit_started_at") or clock.wall()
     try:
-        done = commands.submit(directory / files.SCRIPT, record["job_name"], {n: environ[n] for n in names},
-                               since=started)
+        done = commands.submit(directory / files.SCRIPT, record["job_name"], forward, since=started)
     except Exception as err:
         from dd_slurm.errors import SubmissionUnknown
 

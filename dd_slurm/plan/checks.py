@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import posixpath
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -165,3 +166,25 @@ def text(value: str) -> None:
 
 
 sched = opt(fields.check_scheduler_value)
+
+
+_SHELL_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def argv_warnings(plan: Any) -> list[str]:
+    """What a valid plan may not mean: `$VAR` in an argument is passed as written (no shell
+    expands it). One line per argument, naming its field."""
+    lists = [("client.argv", plan.client.argv), ("client.preflight_argv", plan.client.preflight_argv or ())]
+    for index, dep in enumerate(plan.deployments):
+        lists += [(f"deployments[{index}].argv", dep.argv), (f"deployments[{index}].follower_argv",
+                                                              dep.follower_argv or ())]
+    return [f"warning: {field}[{i}]: {found.group()} is passed as written: no shell expands it (set the value in "
+            "env.set or env.forward and let the program read it, or run the program through `bash -c`)"
+            for field, argv in lists if not _shell_command(argv)
+            for i, item in enumerate(argv) if (found := _SHELL_VARIABLE.search(item.replace("{{", "{").replace("}}", "}")))]
+
+
+def _shell_command(argv: Any) -> bool:
+    """`bash -lc '...'` and the like: the shell does expand what it is given."""
+    return bool(argv) and posixpath.basename(argv[0]) in ("sh", "bash", "dash", "zsh", "ksh") and any(
+        a.startswith("-") and not a.startswith("--") and "c" in a for a in argv[1:])

@@ -86,7 +86,8 @@ def check_argv_item(text: str, allowed: frozenset[str] | set[str]) -> None:
     check_text(text)
     for name in placeholders(text):
         if name not in allowed:
-            raise FieldError(f"unknown placeholder {{{name}}}; allowed: {', '.join(sorted(allowed))}")
+            raise FieldError(f"unknown placeholder {{{name}}}; allowed: {', '.join(sorted(allowed))} "
+                             "(write '{{' and '}}' for literal braces, as JSON in an argument needs)")
 
 
 def expand(text: str, values: Mapping[str, str]) -> str:

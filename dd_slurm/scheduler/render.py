@@ -7,11 +7,12 @@ without a shell; the body is one `exec` whose words are single-quoted with `shle
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Optional
 
 import attrs
 
-from dd_slurm.errors import RenderError
+from dd_slurm.errors import InvalidInput, RenderError
 from dd_slurm.plan.fields import control_char
 from dd_slurm.plan.records import Plan
 from dd_slurm.store import attempt_files as files
@@ -74,6 +75,21 @@ def forwarded_names(plan: Plan) -> list[str]:
     for dep in plan.deployments:
         names.update(dep.env.forward)
     return sorted(names)
+
+
+def forwarded_values(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
+    """The forwarded variables' values from the submitting environment; InvalidInput naming every
+    one that is not set, each with the fields that forward it."""
+    where: dict[str, list[str]] = {}
+    for name in plan.client.env.forward:
+        where.setdefault(name, []).append("client.env.forward")
+    for index, dep in enumerate(plan.deployments):
+        for name in dep.env.forward:
+            where.setdefault(name, []).append(f"deployments[{index}].env.forward")
+    missing = [f"{name} ({', '.join(where[name])})" for name in sorted(where) if name not in environ]
+    if missing:
+        raise InvalidInput(f"not set in this environment, so they cannot be forwarded: {'; '.join(missing)}")
+    return {name: environ[name] for name in sorted(where)}
 
 
 def export_list(ctx: ScriptContext, forward: list[str]) -> str:

@@ -313,3 +313,20 @@ def test_list_fits_80_columns_for_a_typical_workspace() -> None:
             "demo-20261206T120000-1a2b30  done      failed (client_failed) 40_1         2h",
             "demo-20261206T120001-1a2b31  deploying -                      41_1 running 2h"] == text.splitlines()
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_every_missing_forwarded_variable_is_named_at_once(fake_slurm, dd_slurm_exe, clean_env, tmp_path) -> None:
+    """A plan forwarding HF_TOKEN (client and deployment) and WANDB_API_KEY (deployment), submitted
+    where neither is set: exit 2, one line naming both with the fields that forward them (it named
+    the first only), no sbatch call and nothing staged."""
+    data = plan_data()
+    data["client"]["env"]["forward"] = ["HF_TOKEN"]
+    data["deployments"][0]["env"]["forward"] = ["WANDB_API_KEY", "HF_TOKEN"]
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    out = subprocess.run(dd_slurm_exe + ["submit", str(tmp_path / "plan.json"), "-w", str(tmp_path / "ws")],
+                         capture_output=True, text=True, timeout=60,
+                         env={**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)})
+    expected = ("error: not set in this environment, so they cannot be forwarded: HF_TOKEN (client.env.forward, "
+                "deployments[0].env.forward); WANDB_API_KEY (deployments[0].env.forward)\n")
+    assert (2, expected, [], False) == (out.returncode, out.stderr, fake_slurm.calls("sbatch"),
+                                        (tmp_path / "ws" / "attempts").exists() and any((tmp_path / "ws" / "attempts").iterdir()))

@@ -265,3 +265,23 @@ def test_a_misspelt_key_is_named_with_the_key_it_meant(data) -> None:
         parse_plan(json.dumps(plan))
     assert f"{path.lstrip('.') + '.' if path else ''}{typo}: unknown key (did you mean {key}?)" == str(
         caught.value)
+
+
+@pytest.mark.parametrize(("argv", "warned"), [
+    (["/usr/bin/vllm", "serve", "--download-dir", "$HF_HOME/x"], [(3, "$HF_HOME")]),
+    (["/usr/bin/vllm", "serve", "${{MODEL}}", "--port", "{port}"], [(2, "${MODEL}")]),  # braces doubled, as they must be
+    (["/usr/bin/vllm", "serve", "/models/m", "--price", "$5"], []),  # not a variable name
+    (["/bin/bash", "-lc", "exec vllm serve $MODEL --port {port}"], []),  # the shell expands it
+    (["/bin/sh", "-c", "exec x"], []),
+    (["/usr/bin/env", "A=$B", "x"], [(1, "$B")]),  # env does not expand either
+])
+def test_a_shell_variable_in_argv_is_a_warning(argv: list[str], warned: list[tuple[int, str]]) -> None:
+    """`$VAR`/`${VAR}` in an argument is passed as written (no shell runs the step): the plan is
+    valid and each such argument gets one warning naming its field; a shell given `-c` expands it."""
+    from dd_slurm.plan.checks import argv_warnings
+
+    data = json.loads((PLANS / "single-node.json").read_text())
+    data["deployments"][0]["argv"] = argv
+    assert [f"warning: deployments[0].argv[{i}]: {var} is passed as written: no shell expands it (set the value in "
+            "env.set or env.forward and let the program read it, or run the program through `bash -c`)"
+            for i, var in warned] == argv_warnings(parse_plan(json.dumps(data)))
