@@ -94,25 +94,35 @@ def endpoint_lines(view: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _figures(value: Any) -> str:
-    if isinstance(value, dict):
-        return " ".join(f"{k}={_figures(v)}" for k, v in sorted(value.items()) if not isinstance(v, (dict, list)))
-    return str(value)
-
-
-def gateway_lines(stats: Any) -> list[str]:
-    """Whatever the gateway recorded, generically: top-level figures, then one line per replica
-    (a list of objects under `replicas`, or an object of objects)."""
-    if not isinstance(stats, dict):
+def gateway_lines(stats: Optional[dict[str, Any]]) -> list[str]:
+    """gateway-stats.json (validated when read) as a person reads it: the client connections,
+    then per alias its requests, 429s, errors and latency, and per replica its share."""
+    if not stats:
         return []
-    lines = ["gateway:" + (f" {_figures(stats)}" if _figures(stats) else "")]
-    replicas = stats.get("replicas")
-    if isinstance(replicas, list):
-        lines += [f"  {_figures(r)}" for r in replicas if isinstance(r, dict)]
-    for key, value in sorted(stats.items()):
-        if isinstance(value, dict):
-            lines.append(f"  {key}: {_figures(value)}")
+    conn = stats.get("connections")
+    lines = ["gateway:" + (f" connections {conn['open']} open, {conn['refused_at_limit']} refused at the limit, "
+                           f"{conn['header_timeout']} header and {conn['idle_timeout']} idle timeouts" if conn else "")]
+    for alias, figures in sorted(stats["aliases"].items()):
+        rejected = figures["rejected_429"]
+        lines.append(f"  {alias}: {figures['requests']} requests, answers {_classes(figures['responses'])}, 429s "
+                     f"{rejected['queue_full'] + rejected['queue_timeout']} (queue full {rejected['queue_full']}, "
+                     f"waited too long {rejected['queue_timeout']}), errors {_classes(figures['errors'])}, "
+                     f"{_latency(figures['latency'])}, peak queue {figures['peak_queue']}")
+        total = max(figures["requests"], 1)
+        lines += [f"    {r['deployment']}-{r['replica']}: {r['requests']} requests ({100 * r['requests'] / total:.0f}%), "
+                  f"answers {_classes(r['responses'])}, errors {_classes(r['errors'])}, {_latency(r['latency'])}, "
+                  f"peak in flight {r['peak_inflight']}/{r['max_inflight']}" for r in figures["replicas"]]
     return lines
+
+
+def _classes(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in sorted(counts.items())) or "none"
+
+
+def _latency(summary: dict[str, Any]) -> str:
+    if not summary["count"]:
+        return "no latency yet"
+    return f"p50 {summary['p50_ms']:.1f} ms, p99 {summary['p99_ms']:.1f} ms"
 
 
 def inspect_text(view: dict[str, Any]) -> str:

@@ -70,12 +70,34 @@ def test_endpoints_after_cleanup_are_withdrawn_not_live(endpoints_state, readine
     assert [first, "  m: http://g:1/v1", "  old: http://n1:2/v1"] == endpoint_lines(view)
 
 
-def test_gateway_figures_are_shown_generically() -> None:
-    """Top-level figures, then one line per replica, whatever the gateway recorded."""
-    stats = {"requests": 12, "rejected": 1, "replicas": [{"deployment": "big", "replica": 0, "served": 7},
-                                                         {"deployment": "big", "replica": 1, "served": 5}]}
-    assert ["gateway: rejected=1 requests=12", "  deployment=big replica=0 served=7",
-            "  deployment=big replica=1 served=5"] == gateway_lines(stats)
+def test_the_gateways_figures_per_alias_and_replica() -> None:
+    """gateway-stats.json as inspect shows it (was an empty `aliases:` line): connections, then per
+    alias requests, answers by class, 429s by cause, errors and latency, then each replica's
+    requests with its share of the alias's, its answers, latency and peak in flight."""
+    from dd_slurm.store.converter import CONVERTER
+    from dd_slurm.store.gateway_stats import GatewayStats, stats_json
+
+    def replica(k: int, requests: int, latency: dict, errors: dict) -> dict:
+        return {"deployment": "small", "replica": k, "max_inflight": 4, "inflight": 0, "requests": requests,
+                "responses": {"2xx": requests} if requests else {}, "errors": errors, "peak_inflight": min(requests, 4),
+                "latency": latency}
+
+    quiet = {"count": 0, "p50_ms": None, "p99_ms": None}
+    stats = stats_json(CONVERTER.structure({
+        "schema": 1, "started_at": 1.0, "written_at": 2.0,
+        "connections": {"open": 2, "refused_at_limit": 1, "header_timeout": 0, "idle_timeout": 3},
+        "aliases": {"small-model": {
+            "requests": 10, "responses": {"2xx": 8, "4xx": 2}, "errors": {"connect": 1}, "peak_queue": 5,
+            "latency": {"count": 8, "p50_ms": 12.25, "p99_ms": 80.0},
+            "rejected_429": {"queue_full": 2, "queue_timeout": 1},
+            "replicas": [replica(0, 8, {"count": 8, "p50_ms": 12.25, "p99_ms": 80.0}, {}),
+                         replica(1, 0, quiet, {"connect": 1})]}}}, GatewayStats))
+    assert ["gateway: connections 2 open, 1 refused at the limit, 0 header and 3 idle timeouts",
+            "  small-model: 10 requests, answers 2xx 8, 4xx 2, 429s 3 (queue full 2, waited too long 1), errors "
+            "connect 1, p50 12.2 ms, p99 80.0 ms, peak queue 5",
+            "    small-0: 8 requests (80%), answers 2xx 8, errors none, p50 12.2 ms, p99 80.0 ms, peak in flight 4/4",
+            "    small-1: 0 requests (0%), answers none, errors connect 1, no latency yet, peak in flight 0/4"
+            ] == gateway_lines(stats)
     assert [] == gateway_lines(None)
 
 
