@@ -81,12 +81,17 @@ def endpoint_state(view: dict[str, Any]) -> str:
 
 
 def endpoint_lines(view: dict[str, Any]) -> list[str]:
+    """The aliases and their URLs; `withdrawn` only of endpoints that served (the attempt reached
+    `ready`): planned ones that never did are said to be so."""
     models = _dict(_dict(view.get("endpoints")).get("models"))
     state = endpoint_state(view)
     if not models:
         return [f"endpoints: {state if state != 'none' else 'none published'}"]
-    verb = "were" if state == "withdrawn" else "are"
-    lines = [f"endpoints: {state} (the aliases below {verb} served)"]
+    served = any(e.get("to") == "ready" for e in view.get("history") or [] if isinstance(e, dict))
+    if state == "withdrawn" and not served and view.get("history"):
+        lines = ["endpoints: never served (the attempt ended before its servers were ready)"]
+    else:
+        lines = [f"endpoints: {state} (the aliases below {'were' if state == 'withdrawn' else 'are'} served)"]
     for alias, spec in sorted(models.items()):
         spec = spec if isinstance(spec, dict) else {}
         urls = spec.get("url") or ", ".join(spec.get("base_urls") or []) or "?"

@@ -66,8 +66,17 @@ def test_endpoints_after_cleanup_are_withdrawn_not_live(endpoints_state, readine
     still says ready (schema 1 `base_urls` or schema 2 `url`)."""
     view = {"endpoints": {"state": endpoints_state, "models": {"m": {"url": "http://g:1/v1"},
                                                                "old": {"base_urls": ["http://n1:2/v1"]}}},
-            "readiness": {"endpoints": readiness_state}}
+            "readiness": {"endpoints": readiness_state}, "history": [{"kind": "transition", "to": "ready"}]}
     assert [first, "  m: http://g:1/v1", "  old: http://n1:2/v1"] == endpoint_lines(view)
+
+
+def test_endpoints_that_never_served_are_not_called_withdrawn() -> None:
+    """An attempt that failed while deploying: its planned endpoints were withdrawn by cleanup but
+    never served; inspect says so (it said `withdrawn (the aliases below were served)`)."""
+    view = {"endpoints": {"state": "withdrawn", "models": {"m": {"url": None}}}, "readiness": {"endpoints": "withdrawn"},
+            "history": [{"kind": "transition", "to": "deploying"}, {"kind": "transition", "to": "cleanup"}]}
+    assert ["endpoints: never served (the attempt ended before its servers were ready)", "  m: ?"] == \
+        endpoint_lines(view)
 
 
 def test_the_gateways_figures_per_alias_and_replica() -> None:
