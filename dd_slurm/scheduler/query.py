@@ -21,13 +21,20 @@ def observations(result: QueryResult, job_ids: list[str], lag: LagClock) -> list
     return observe(job_ids, index_rows(result.squeue), sacct, lag, result.sacct_error)
 
 
+# slurmdbd 22.05 names a job cancelled while pending `allocation` for a moment after the cancel (seen
+# on the lab: sacct said `391|CANCELLED by 0|allocation`, then the job's own name a second later), so
+# that name in sacct is no evidence either way.
+SACCT_PLACEHOLDER_NAME = "allocation"
+
+
 def check_job_name(result: QueryResult, job_name: Optional[str], cluster: Optional[Mapping[str, Any]]) -> None:
     """Every row the scheduler gave about an attempt's job carries the name dd-slurm gave that job;
     a row with another name means the id is another job's (asked of another cluster, or an id
     handed out again): a SchedulerError, before anything is believed or cancelled."""
     if not job_name:
         return
-    for row in [*result.squeue, *(result.sacct or [])]:
+    sacct = [row for row in result.sacct or () if row.name != SACCT_PLACEHOLDER_NAME]
+    for row in [*result.squeue, *sacct]:
         if row.name != job_name:
             job = row.job + (f"_{row.task}" if row.task else "")
             where = f" (it was submitted to cluster {cluster.get('name') or '?'}, tools in {cluster.get('bin_dir')})" \

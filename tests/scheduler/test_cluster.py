@@ -49,6 +49,10 @@ def _result(squeue: str = "", sacct: str = "") -> QueryResult:
     (_result("41|41|RUNNING|None|dd-a1\n"), None),
     (_result("", "41|41|COMPLETED|0:0|None|dd-a1\n"), None),
     (_result(), None),  # the job is unknown here: no row, nothing to check
+    (_result("41|41|CANCELLED|None|dd-a1\n", "41|41|CANCELLED by 0|0:0|None|allocation\n"), None),  # 22.05's
+    # accounting, just after a pending job was cancelled
+    (_result("", "41|41|CANCELLED by 0|0:0|None|allocation\n41|41|RUNNING|0:0|None|train\n"),
+     "job 41 here is 'train', not this attempt's 'dd-a1'"),
     (_result("41|41|RUNNING|None|train\n"), "job 41 here is 'train', not this attempt's 'dd-a1'"),
     (_result("", "41|41|COMPLETED|0:0|None|dd-a1\n41_2|43|FAILED|1:0|None|other\n"),
      "job 41_2 here is 'other', not this attempt's 'dd-a1'"),
