@@ -4,32 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import click
 
-from dd_slurm.cli_output import emit, fail, json_option
+from dd_slurm.cli_output import SectionedGroup, emit, fail, fail_for, json_option
 from dd_slurm.cli_runtime import advance, run
-from dd_slurm.errors import EXIT_INVALID, DdSlurmError
-
-IN_ALLOCATION = ("run", "advance")  # what the batch script runs; a user rarely types them
+from dd_slurm.errors import EXIT_INVALID
 
 
-class _Sections(click.Group):
-    """`--help` lists the user's commands first and the in-allocation ones apart."""
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        names = [n for n in self.list_commands(ctx) if not self.commands[n].hidden]
-        for title, group in (("Commands", [n for n in names if n not in IN_ALLOCATION]),
-                             ("Inside the allocation (the batch script runs these)",
-                              [n for n in names if n in IN_ALLOCATION])):
-            rows = [(n, self.commands[n].get_short_help_str(formatter.width - 16)) for n in group]
-            if rows:
-                with formatter.section(title):
-                    formatter.write_dl(rows)
-
-
-@click.group(cls=_Sections, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=SectionedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dd-slurm")
 def cli() -> None:
     """Run Data Designer generation against model servers on a Slurm allocation."""
@@ -387,35 +371,3 @@ def main(argv: list[str] | None = None, early_signals: list[int] | None = None,
                                                         "verified_bundle": verified_bundle})
     except (Exception, KeyboardInterrupt) as err:
         fail_for(err)
-
-
-def fail_for(error: BaseException) -> NoReturn:
-    """The one `error:` line and exit code for what a command raised (console.py's click-free
-    paths hand theirs here too)."""
-    try:
-        raise error
-    except click.exceptions.Exit as done:
-        sys.exit(done.exit_code)
-    except click.UsageError as err:  # one line and a hint, not click's four
-        command = err.ctx.command_path if err.ctx else "dd-slurm"
-        fail(f"{err.format_message()} (try '{command} --help')", EXIT_INVALID)
-    except click.ClickException as err:
-        fail(err.format_message(), EXIT_INVALID if err.exit_code == 2 else err.exit_code)
-    except click.exceptions.Abort:
-        fail("aborted", 130)
-    except DdSlurmError as err:
-        fail(str(err), err.exit_code)
-    except KeyboardInterrupt:
-        fail("interrupted", 130)
-    except OSError as err:  # an unwritable or file-shaped workspace, a vanished attempt dir...
-        where = f"{err.filename}: " if err.filename else ""
-        fail(f"{where}{err.strerror or err}", EXIT_INVALID)
-    except RecursionError:
-        fail("input nested too deeply", EXIT_INVALID)
-    except ValueError as err:
-        if "null byte" not in str(err):  # click stats paths; no shell can pass a NUL, an in-process caller can
-            fail(f"internal error (ValueError: {err}); please report it", 1)
-        fail("a path cannot hold a NUL byte", EXIT_INVALID)
-    except Exception as err:
-        fail(f"internal error ({type(err).__name__}: {err}); please report it", 1)
-

@@ -4,7 +4,7 @@ time): what a script polling many attempts runs most. Anything else, including e
 every other shape of arguments, is the click CLI's (dd_slurm.cli), which prints the same view.
 So is the supervisor's `run DIR --bundle-digest D --plan-digest P`, the words the rendered batch
 script passes (the bundle's entry.py calls this main): click would be a fifth of its start-up
-before any server can start. Its errors are the click CLI's lines and exit codes (cli.fail_for)."""
+before any server can start. Its errors are the click CLI's lines and exit codes (cli_output.fail_for)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def supervise(words: tuple[str, str, str], early_signals: list[int] | None,
         sys.stdout.write(printable(attempt_line(summary)) + "\n")
         sys.stdout.flush()
     except (Exception, KeyboardInterrupt) as err:
-        from dd_slurm.cli import fail_for
+        from dd_slurm.cli_output import fail_for
 
         fail_for(err)
     sys.exit(code)
