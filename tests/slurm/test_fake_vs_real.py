@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dd_slurm.clock import Clock
 from dd_slurm.scheduler.commands import SlurmCommands
 from dd_slurm.testing.fake_slurm import install
 from tests.scheduler.scenario import run_scenario
 
 
+@pytest.mark.timeout(480)  # accounting may lag minutes on a loaded machine (scenario.run_scenario)
 def test_fake_slurm_normalizes_exactly_like_real_slurm(tmp_path, job_prefix, real_commands) -> None:
     """Held job, exit 0, exit 3, a cancelled running job and a held throttled array give the
     same normalized observations (state, terminal, exit code, signal, reason) on both."""
