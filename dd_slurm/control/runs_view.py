@@ -37,18 +37,55 @@ def run_status(run_dir: Path, commands: Any, now: float) -> dict[str, Any]:
     return {"run": {**run, "dir": str(run_dir)}, "shards": shards}
 
 
-def run_status_text(view: dict[str, Any]) -> str:
-    run = view["run"]
-    lines = [f"run {run['run_id']}: {run['num_shards']} shards, array job {run['job_id'] or '(not submitted)'}"]
+def shard_line(shard: dict[str, Any]) -> str:
+    eff, obs = shard["effective"], shard["scheduler"]
+    line = f"  {shard['attempt']['id']}: {shard['attempt']['state']}"
+    if obs:
+        line += f" | job {obs['job_id']} {obs['state']}" + (f" ({obs['reason']})" if obs.get("reason") else "")
+    if eff:
+        line += f" => {eff['outcome']} ({eff['reason']})"
+    return line
+
+
+SUMMARY_ORDER = ("failed", "timed_out", "cancelled", "running", "pending", "staged")
+
+
+def shard_summary(view: dict[str, Any]) -> str:
+    """One line for the whole run: `done 2/4, failed 1, running 1` (done: succeeded; a shard
+    without an outcome counts by its job's state, or `staged` before it has one)."""
+    counts: dict[str, int] = {}
     for shard in view["shards"]:
-        eff, obs = shard["effective"], shard["scheduler"]
-        line = f"  {shard['attempt']['id']}: {shard['attempt']['state']}"
-        if obs:
-            line += f" | job {obs['job_id']} {obs['state']}"
-        if eff:
-            line += f" => {eff['outcome']} ({eff['reason']})"
-        lines.append(line)
-    return "\n".join(lines)
+        outcome = (shard["effective"] or {}).get("outcome")
+        kind = "done" if outcome == "succeeded" else outcome or (shard["scheduler"] or {}).get("state") or "staged"
+        counts[kind] = counts.get(kind, 0) + 1
+    order = SUMMARY_ORDER + tuple(sorted(set(counts) - set(SUMMARY_ORDER) - {"done"}))
+    return ", ".join([f"done {counts.get('done', 0)}/{len(view['shards'])}"]
+                     + [f"{kind} {counts[kind]}" for kind in order if counts.get(kind)])
+
+
+def run_line(view: dict[str, Any]) -> str:
+    run = view["run"]
+    return f"run {run['run_id']}: {run['num_shards']} shards, array job {run['job_id'] or '(not submitted)'}"
+
+
+def run_status_text(view: dict[str, Any]) -> str:
+    return "\n".join([run_line(view)] + [shard_line(shard) for shard in view["shards"]] + [shard_summary(view)])
+
+
+def changed_lines(view: dict[str, Any], shown: dict[str, str], elapsed: Optional[float]) -> list[str]:
+    """For `--watch`: the run's line the first time, the lines of the shards whose line changed
+    since `shown` (which is updated), then the summary line with the time since submission;
+    nothing when no shard changed."""
+    from dd_slurm.control.watch import hms
+
+    header = [] if shown else [run_line(view)]
+    changed = []
+    for shard in view["shards"]:
+        line = shard_line(shard)
+        if shown.get(shard["attempt"]["id"]) != line:
+            shown[shard["attempt"]["id"]] = line
+            changed.append(line)
+    return header + changed + [f"[{hms(elapsed)}]  {shard_summary(view)}"] if changed else []
 
 
 def run_finished(view: dict[str, Any]) -> bool:
@@ -91,17 +128,25 @@ def run_commands(run: dict[str, Any], commands: Any) -> Any:
 
 def watch_run(run_dir: str, commands: Any, clock: Any, echo: Callable[[str], None], as_json: bool, watch: bool,
               interval: float) -> Optional[int]:
-    """Print the run's status (again on every change with `watch`, until every shard's job
-    ended); with `watch`, the exit code: 0 if every shard succeeded, 4 otherwise."""
-    last = None
+    """Print the run's status; with `watch`, observe again until every shard's job ended, printing
+    (as text) only the shards that changed and a summary line, or (as JSON) every changed view;
+    then the exit code: 0 if every shard succeeded, 4 otherwise."""
+    last: Optional[str] = None
+    shown: dict[str, str] = {}
     while True:
         view = run_status(Path(run_dir), commands, clock.wall())
-        text = json.dumps(view, sort_keys=True, indent=None if watch else 1) if as_json else run_status_text(view)
-        if text != last:
-            echo(text)
-            last = text
         if not watch:
+            echo(json.dumps(view, sort_keys=True, indent=1) if as_json else run_status_text(view))
             return None
+        if as_json:
+            text = json.dumps(view, sort_keys=True)
+            if text != last:
+                echo(text)
+                last = text
+        else:
+            submitted = view["run"].get("submitted_at")
+            for line in changed_lines(view, shown, clock.wall() - submitted if submitted else None):
+                echo(line)
         if run_finished(view):
             return 0 if all((v["effective"] or {}).get("outcome") == "succeeded" for v in view["shards"]) else 4
         clock.sleep(interval)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple, Optional
 
 from dd_slurm.scheduler.parse import Row, expand_tasks
-from dd_slurm.scheduler.states import JobState, is_terminal, normalize_state
+from dd_slurm.scheduler.states import ENDING_REASONS, JobState, is_terminal, normalize_state
 
 
 class Observation(NamedTuple):
@@ -140,7 +140,9 @@ def observe_one(key: str, live: Optional[Row], acct: Optional[Row], lag: LagCloc
 
 def from_row(key: str, row: Row, source: str) -> Observation:
     state, detail = normalize_state(row.raw_state)
-    reason = row.reason if state != "cancelled" or not detail else f"cancelled {detail}"
     terminal = is_terminal(state)
+    reason = row.reason if not terminal or row.reason in ENDING_REASONS else None
+    if state == "cancelled" and detail:
+        reason = f"cancelled {detail}"
     exit_code, signal = (row.exit_code, row.signal) if terminal else (None, None)
     return Observation(key, state, terminal, exit_code, signal, row.raw_state, source, reason)

@@ -81,6 +81,14 @@ TERMINAL: frozenset[JobState] = frozenset(
      JobState.PREEMPTED, JobState.OUT_OF_MEMORY, JobState.BOOT_FAIL, JobState.DEADLINE, JobState.LOST}
 )
 
+# Slurm's reasons that say why a job ended (its FAIL_* reasons); any other reason a finished job
+# still carries is the last one it waited for (`JobArrayTaskLimit`, `Priority`), and is not shown.
+ENDING_REASONS: frozenset[str] = frozenset(
+    {"NonZeroExitCode", "RaisedSignal", "TimeLimit", "NodeDown", "OutOfMemory", "JobLaunchFailure",
+     "SystemFailure", "InactiveLimit", "DeadLine", "BadConstraints", "BurstBufferOperation",
+     "AccountNotAllowed", "QOSNotAllowed"}
+)
+
 
 def normalize_state(raw: str) -> tuple[JobState, str | None]:
     """(contract state, detail) for Slurm's state text: `CANCELLED by 0` -> ("cancelled", "by 0")."""

@@ -183,3 +183,15 @@ def test_submit_of_an_array_says_how_many_shards_it_submitted(fake_slurm, tmp_pa
     (tmp_path / "plan.json").write_text(json.dumps(sharded_plan(3, 1)))
     lines = cli(env, "submit", str(tmp_path / "plan.json"), "-w", str(tmp_path / "ws")).stdout.splitlines()
     assert [True, "submitted batch job 1000 (an array of 3 shards)"] == [lines[0].startswith(str(tmp_path)), lines[1]]
+
+
+def test_watching_a_finished_run_prints_each_shard_once_and_the_summary(finished_run) -> None:
+    """`status --watch RUN` of the finished run: the run line, each shard's line, one summary line
+    (`done 3/4, failed 1`), and exit 4 because a shard failed."""
+    _, env, out, shards = finished_run
+    done = subprocess.run(EXE + ["status", "--watch", "--interval", "0.2", out["attempt_dir"]], capture_output=True,
+                          text=True, timeout=60, env=env)
+    lines = done.stdout.splitlines()
+    assert (4, 6) == (done.returncode, len(lines)), done.stdout + done.stderr
+    assert [s.name for s in shards] == [line.split(":")[0].strip() for line in lines[1:5]]
+    assert "done 3/4, failed 1" == lines[5].split("]  ")[1]

@@ -67,3 +67,20 @@ def test_array_parent_expands_to_every_task_and_a_task_to_itself() -> None:
     all_tasks = observe(["11"], live, {}, LagClock(0, 60))
     assert ["11_1", "11_2", "11_3", "11_4", "11_5"] == [o.job_id for o in all_tasks]
     assert [("11_4", "pending", False, "squeue")] == states(observe(["11_4"], live, {}, LagClock(0, 60)))
+
+
+@pytest.mark.parametrize(("squeue", "sacct", "expected"), [
+    ("42_3|RUNNING|None|a\n", "", ("running", None)),
+    ("42_3|PENDING|JobArrayTaskLimit|a\n", "", ("pending", "JobArrayTaskLimit")),
+    ("", "42_3|COMPLETED|0:0|JobArrayTaskLimit|a\n", ("completed", None)),
+    ("", "42_3|FAILED|1:0|Priority|a\n", ("failed", None)),
+    ("", "42_3|FAILED|1:0|NonZeroExitCode|a\n", ("failed", "NonZeroExitCode")),
+    ("42_3|TIMEOUT|TimeLimit|a\n", "", ("timeout", "TimeLimit")),
+    ("", "42_3|CANCELLED by 1000|0:15|JobArrayTaskLimit|a\n", ("cancelled", "cancelled by 1000")),
+])
+def test_a_pending_reason_is_shown_only_while_the_job_waits(squeue: str, sacct: str, expected) -> None:
+    """Accounting keeps the last pending reason of a finished array task (`JobArrayTaskLimit`):
+    a terminal observation carries only a reason that says why it ended (`NonZeroExitCode`), and a
+    cancelled one says by whom."""
+    found = observe(["42_3"], index_rows(parse_squeue(squeue)), index_rows(parse_sacct(sacct)), LagClock(100, 60))[0]
+    assert expected == (found.state, found.reason)
