@@ -225,7 +225,8 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
 @click.option("--wait", is_flag=True, help="Follow the attempt to its end like `status --watch`; exit 0 if it "
               "succeeded, 4 otherwise.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1), help="With --wait.")
-def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float) -> None:
+@click.option("--parsable", is_flag=True, help="Print only `ATTEMPT_DIR;JOB_ID` (a run: its dir and array job id).")
+def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float, parsable: bool) -> None:
     """Stage and submit PLAN, or submit an attempt staged earlier; returns as soon as Slurm
     accepts the job, unless --wait."""
     import os
@@ -233,6 +234,8 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
 
     from dd_slurm.store import attempt_files
 
+    if parsable and as_json:
+        raise click.UsageError("--parsable and --json are two output forms; choose one")
     if Path(plan, attempt_files.RUN_RECORD).is_file():
         from dd_slurm.control.shards import submit_staged_run as do_submit
     elif Path(plan).is_dir():
@@ -245,7 +248,11 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
         for warning in argv_warnings(load_plan(plan)):
             click.echo(warning, err=True)
     out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
-    if wait and as_json:  # the whole output is JSON Lines
+    if parsable:
+        click.echo(f"{out['attempt_dir']};{out['job_id']}")
+        if out.get("note"):
+            click.echo(f"note: {out['note']}", err=True)
+    elif wait and as_json:  # the whole output is JSON Lines
         click.echo(json.dumps(out, sort_keys=True))
     else:
         emit(out, as_json, lambda v: f"{v['attempt_dir']}\nsubmitted batch job {v['job_id']}"

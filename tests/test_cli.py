@@ -230,3 +230,19 @@ def test_validate_warns_of_a_shell_variable_and_still_passes(dd_slurm_exe, tmp_p
     result = run(dd_slurm_exe + ["validate", str(tmp_path / "plan.json")])
     assert (0, True, 1) == (result.returncode, result.stdout.startswith("ok "),
                             len([line for line in result.stderr.splitlines() if line.startswith("warning: ")]))
+
+
+def test_the_readme_s_completion_one_liner_completes_commands_and_options(dd_slurm_exe, clean_env) -> None:
+    """`eval "$(_DD_SLURM_COMPLETE=bash_source dd-slurm)"` in bash registers a completion that,
+    asked for `dd-slurm sta` and `dd-slurm status --wa`, offers `stage status` and `--watch`."""
+    from pathlib import Path
+
+    env = {**clean_env, "PATH": f"{Path(dd_slurm_exe[0]).parent}:{clean_env['PATH']}"}
+    script = ('eval "$(_DD_SLURM_COMPLETE=bash_source dd-slurm)"\n'
+              'for line in "dd-slurm sta" "dd-slurm status --wa"; do\n'
+              '  COMP_WORDS=($line); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=()\n'
+              '  _dd_slurm_completion dd-slurm; echo "${COMPREPLY[*]}"\n'
+              'done\n')
+    assert "_DD_SLURM_COMPLETE=bash_source dd-slurm" in (ROOT / "README.md").read_text()
+    result = run(["bash", "--norc", "-c", script], env=env)
+    assert (0, ["stage status", "--watch"]) == (result.returncode, result.stdout.splitlines()), result.stderr

@@ -38,7 +38,13 @@ def readiness_lines(readiness: dict[str, Any] | None) -> list[str]:
 def cleanup_lines(report: dict[str, Any] | None) -> list[str]:
     if not report:
         return ["cleanup: not run"]
-    lines = [f"cleanup: {report.get('verdict', '?')} (runs: {report.get('runs', 1)})"]
+    took = report.get("seconds")
+    lines = [f"cleanup: {report.get('verdict', '?')} (runs: {report.get('runs', 1)}"
+             + (f", {took:.1f}s)" if isinstance(took, (int, float)) else ")")]
+    lines += [f"  note: {note}" for note in report.get("notes", [])]
+    killed, after = report.get("leftovers_killed", []), report.get("leftovers_after", [])
+    if killed or after:
+        lines.append(f"  leftovers: {len(killed)} killed, {len(after)} still there after the scan")
     for proc in report.get("processes", []):
         lines.append(f"  {proc.get('name')}: {proc.get('how')}")
     for problem in report.get("problems", []):

@@ -119,3 +119,16 @@ def test_chart_starts_on_staged_keeps_the_title_and_marks_where_it_ended(dd_slur
     assert (0, ["---", "dd-slurm attempt", "---"]) == (out.returncode, lines[:3])
     assert ["  [*] --> staged"] == [line for line in lines if "[*]" in line]
     assert ["  Class done s_active"] == [line for line in lines if "s_active" in line and "Class" in line]
+
+
+def test_cleanup_notes_and_leftovers_stand_next_to_the_verdict() -> None:
+    """The cleanup lines: the verdict with its runs and time, then each note and the leftovers
+    it killed or could not, before the processes."""
+    from dd_slurm.control.report import cleanup_lines
+
+    report = {"verdict": "attention", "runs": 2, "seconds": 3.25, "notes": ["grace cut to 1.0s by the cleanup budget"],
+              "leftovers_killed": [{"pid": 7}], "leftovers_after": [{"pid": 9}],
+              "processes": [{"name": "deploy-big-0", "how": "terminated"}], "problems": ["pid 9 survived SIGKILL"]}
+    assert ["cleanup: attention (runs: 2, 3.2s)", "  note: grace cut to 1.0s by the cleanup budget",
+            "  leftovers: 1 killed, 1 still there after the scan", "  deploy-big-0: terminated",
+            "  problem: pid 9 survived SIGKILL"] == cleanup_lines(report)

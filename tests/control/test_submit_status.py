@@ -330,3 +330,17 @@ def test_every_missing_forwarded_variable_is_named_at_once(fake_slurm, dd_slurm_
                 "deployments[0].env.forward); WANDB_API_KEY (deployments[0].env.forward)\n")
     assert (2, expected, [], False) == (out.returncode, out.stderr, fake_slurm.calls("sbatch"),
                                         (tmp_path / "ws" / "attempts").exists() and any((tmp_path / "ws" / "attempts").iterdir()))
+
+
+def test_submit_parsable_prints_only_dir_and_job(fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
+    """`submit --parsable` prints `ATTEMPT_DIR;JOB_ID` and nothing else, for scripts (as `sbatch
+    --parsable` prints `JOB_ID`); with --json it is a usage error (exit 2) and nothing is submitted."""
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir)}
+    plan = str(_plan_file(tmp_path))
+    out = subprocess.run(dd_slurm_exe + ["submit", "--parsable", plan, "-w", str(tmp_path / "ws")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    attempt_dir, job_id = out.stdout.rstrip("\n").split(";")
+    assert (0, "1000", True, "") == (out.returncode, job_id, (Path(attempt_dir) / "attempt.json").is_file(), out.stderr)
+    both = subprocess.run(dd_slurm_exe + ["submit", "--parsable", "--json", plan, "-w", str(tmp_path / "ws")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (2, 1) == (both.returncode, len(fake_slurm.calls("sbatch")))
