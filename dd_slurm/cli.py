@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, cast
+from typing import Any, Optional, cast
 
 import click
 
+from dd_slurm.cli_options import LazyCommands, attempt_path, attempt_target, load_user_plan, workspace_for, workspace_option
+from dd_slurm.cli_options import clock as _clock
+from dd_slurm.cli_options import commands as _commands
 from dd_slurm.cli_output import SectionedGroup, emit, fail, fail_for, json_option
 from dd_slurm.cli_runtime import advance, run
 from dd_slurm.errors import EXIT_INVALID
@@ -72,13 +75,14 @@ def diagram(directory: str, check: bool) -> None:
 
 
 @cli.command()
-@click.argument("attempt_dir", type=click.Path())
+@attempt_target
 @json_option
 @click.option("--chart", is_flag=True, help="Print a Mermaid statechart with the path this attempt took.")
 @click.option("--timeline", is_flag=True, help="Where the time went: queue wait, each state, each deployment's "
               "load, and the GPU time spent before the client started.")
 @click.option("--mermaid", "as_mermaid", is_flag=True, help="With --timeline: a Mermaid gantt chart.")
-def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mermaid: bool) -> None:
+def inspect(attempt_dir: Optional[str], last: bool, workspace: Optional[str], as_json: bool, chart: bool, timeline: bool,
+            as_mermaid: bool) -> None:
     """State, failure and the log to open, history, readiness, endpoints, result, gateway,
     processes and the cleanup report."""
     from dd_slurm.store.view import attempt_dir as checked_dir
@@ -88,7 +92,7 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mer
         raise click.UsageError("--chart prints Mermaid; it cannot be combined with --json or --timeline")
     if as_mermaid and (as_json or not timeline):
         raise click.UsageError("--mermaid goes with --timeline, without --json")
-    directory = checked_dir(attempt_dir)
+    directory = checked_dir(attempt_path(attempt_dir, last, workspace, runs=False))
     if timeline:
         from dd_slurm.store import timeline as TL
 
@@ -110,18 +114,21 @@ def inspect(attempt_dir: str, as_json: bool, chart: bool, timeline: bool, as_mer
 
 
 @cli.command()
-@click.argument("attempt_dir", type=click.Path())
+@attempt_target
 @click.argument("name", required=False)
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing what is appended, until the "
               "attempt is done and the log stops growing (Ctrl-C stops).")
 @json_option
-def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> None:
+def logs(attempt_dir: Optional[str], last: bool, workspace: Optional[str], name: str | None, follow_: bool,
+         as_json: bool) -> None:
     """Without NAME, the attempt's logs with their sizes; with NAME (batch, supervisor, client,
-    preflight, deploy-<name>-<n>, ...), that log."""
+    preflight, deploy-<name>-<n>, ...), that log. With --last, the one argument is NAME."""
     from dd_slurm.control import logs as log_files
     from dd_slurm.store.view import attempt_dir as checked_dir
 
-    directory = checked_dir(attempt_dir)
+    if last and name is None:
+        attempt_dir, name = None, attempt_dir
+    directory = checked_dir(attempt_path(attempt_dir, last, workspace, runs=False))
     if name is None and not follow_:
         found = log_files.list_logs(directory)
         emit([log.to_json() for log in found], as_json, lambda _: log_files.listing_text(found, directory))
@@ -131,52 +138,25 @@ def logs(attempt_dir: str, name: str | None, follow_: bool, as_json: bool) -> No
         log_files.show(directory, name, follow_, _clock(), sys.stdout.buffer)
 
 
-def _commands(timeout_s: float = 30.0):
-    import os
-
-    from dd_slurm.clock import Clock
-    from dd_slurm.scheduler.commands import SlurmCommands
-
-    return SlurmCommands.from_environ(Clock(), os.environ, timeout_s=timeout_s)
-
-
-class _LazyCommands:
-    """The command client, built (and its modules imported) only if a Slurm tool is needed: the
-    status of a finished attempt needs none, and runs from a fresh process."""
-
-    def __init__(self) -> None:
-        self._real = None
-
-    def __getattr__(self, name: str):
-        if self._real is None:
-            self._real = _commands()
-        return getattr(self._real, name)
-
-
-def _clock():
-    from dd_slurm.clock import Clock
-
-    return Clock()
-
-
-workspace_option = click.option("--workspace", "-w", required=True, type=click.Path(file_okay=False),
-                                help="Where bundles/ and attempts/ live (shared with the compute nodes).")
-
-
 @cli.command()
 @click.argument("plan", type=click.Path(dir_okay=False))
-@click.option("--workspace", "-w", default=".", show_default=True, type=click.Path(file_okay=False))
-def render(plan: str, workspace: str) -> None:
+@click.option("--workspace", "-w", type=click.Path(file_okay=False),
+              help="Default: $DD_SLURM_WORKSPACE, the config file's, else the current directory.")
+def render(plan: str, workspace: Optional[str]) -> None:
     """Print the batch script that `submit` would submit for PLAN (nothing is written)."""
     import os
 
     from dd_slurm.bundle.manifest import entry_sha256, planned_manifest, planned_sources, read_manifest
     from dd_slurm.bundle.stage import new_attempt_id, workspace_path
-    from dd_slurm.plan.io import load_plan, plan_digest
+    from dd_slurm.errors import InvalidInput
+    from dd_slurm.plan.io import plan_digest
     from dd_slurm.scheduler.render import ScriptContext, render_script
 
-    loaded = load_plan(plan)
-    ws = workspace_path(workspace)
+    loaded = load_user_plan(plan)
+    try:
+        ws = workspace_path(workspace_for(workspace))
+    except InvalidInput:  # nowhere named: paths as seen from here
+        ws = workspace_path(".")
     sources = planned_sources()[0]
     bundle = ws / "bundles" / sources
     try:  # the bundle staging would reuse, or the one it would publish
@@ -199,14 +179,13 @@ def render(plan: str, workspace: str) -> None:
 @click.argument("plan", type=click.Path(dir_okay=False))
 @workspace_option
 @json_option
-def stage(plan: str, workspace: str, as_json: bool) -> None:
+def stage(plan: str, workspace: Optional[str], as_json: bool) -> None:
     """Stage the runtime bundle and a new attempt dir with its entrypoint; print the attempt dir."""
     import os
 
     from dd_slurm.bundle.stage import stage as do_stage
-    from dd_slurm.plan.io import load_plan
 
-    loaded = load_plan(plan)
+    loaded, workspace = load_user_plan(plan), workspace_for(workspace)
     if loaded.job.array is not None:
         from dd_slurm.control.shards import stage_run_summary
 
@@ -226,7 +205,7 @@ def stage(plan: str, workspace: str, as_json: bool) -> None:
               "succeeded, 4 otherwise.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1), help="With --wait.")
 @click.option("--parsable", is_flag=True, help="Print only `ATTEMPT_DIR;JOB_ID` (a run: its dir and array job id).")
-def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float, parsable: bool) -> None:
+def submit(plan: str, workspace: Optional[str], as_json: bool, wait: bool, interval: float, parsable: bool) -> None:
     """Stage and submit PLAN, or submit an attempt staged earlier; returns as soon as Slurm
     accepts the job, unless --wait."""
     import os
@@ -236,18 +215,23 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
 
     if parsable and as_json:
         raise click.UsageError("--parsable and --json are two output forms; choose one")
+    workspace = workspace_for(workspace)
     if Path(plan, attempt_files.RUN_RECORD).is_file():
-        from dd_slurm.control.shards import submit_staged_run as do_submit
-    elif Path(plan).is_dir():
-        from dd_slurm.control.submit_staged import submit_staged as do_submit  # type: ignore[assignment]
-    else:
-        from dd_slurm.control.submit import submit as do_submit  # type: ignore[assignment]
-        from dd_slurm.plan.checks import argv_warnings
-        from dd_slurm.plan.io import load_plan
+        from dd_slurm.control.shards import submit_staged_run
 
-        for warning in argv_warnings(load_plan(plan)):
+        out = submit_staged_run(plan, workspace, _commands(), _clock(), os.environ)
+    elif Path(plan).is_dir():
+        from dd_slurm.control.submit_staged import submit_staged
+
+        out = submit_staged(plan, workspace, _commands(), _clock(), os.environ)
+    else:
+        from dd_slurm.control.submit import submit as submit_plan
+        from dd_slurm.plan.checks import argv_warnings
+
+        loaded = load_user_plan(plan)
+        for warning in argv_warnings(loaded):
             click.echo(warning, err=True)
-    out = do_submit(plan, workspace, _commands(), _clock(), os.environ)
+        out = submit_plan(loaded, workspace, _commands(), _clock(), os.environ)
     if parsable:
         click.echo(f"{out['attempt_dir']};{out['job_id']}")
         if out.get("note"):
@@ -265,22 +249,24 @@ def submit(plan: str, workspace: str, as_json: bool, wait: bool, interval: float
 
 
 @cli.command()
-@click.argument("attempt_dir", type=click.Path())
+@attempt_target
 @json_option
 @click.option("--watch", is_flag=True, help="Keep observing until the attempt and the job have ended: a line per "
               "change, a heartbeat every 30 s; exit 0 if it succeeded, 4 otherwise. With --json: JSON Lines, "
               "one status object per observation.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
-def status(attempt_dir: str, as_json: bool, watch: bool, interval: float) -> None:
+def status(attempt_dir: Optional[str], last: bool, workspace: Optional[str], as_json: bool, watch: bool,
+           interval: float) -> None:
     """The attempt's state from disk plus a fresh scheduler observation (exit 3 when the
     scheduler cannot answer; what is on disk is still shown)."""
     from dd_slurm.control.status import status as do_status
     from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
+    attempt_dir = attempt_path(attempt_dir, last, workspace, runs=True)
     if is_run_dir(attempt_dir):
         return _run_status(attempt_dir, as_json, watch, interval)
-    directory, clock, commands = checked_dir(attempt_dir), _clock(), cast(Any, _LazyCommands())
+    directory, clock, commands = checked_dir(attempt_dir), _clock(), cast(Any, LazyCommands())
     if not watch:
         from dd_slurm.control.report import status_text
         from dd_slurm.errors import EXIT_SCHEDULER
@@ -343,24 +329,25 @@ def query(job_ids: tuple[str, ...], as_json: bool) -> None:
 @cli.command(name="list")
 @workspace_option
 @json_option
-def list_attempts(workspace: str, as_json: bool) -> None:
+def list_attempts(workspace: Optional[str], as_json: bool) -> None:
     """Every attempt and shard: state, effective outcome, job id, age (one squeue + one sacct at most)."""
     from dd_slurm.bundle.stage import workspace_path
     from dd_slurm.control.workspace import list_text, list_workspace
 
-    view = list_workspace(workspace_path(workspace), _commands(), _clock().wall())
+    view = list_workspace(workspace_path(workspace_for(workspace)), _commands(), _clock().wall())
     click.echo(json.dumps(view, sort_keys=True) if as_json else list_text(view))  # compact: C encoder
 
 
 @cli.command()
-@click.argument("attempt_dir", type=click.Path())
+@attempt_target
 @json_option
-def cancel(attempt_dir: str, as_json: bool) -> None:
+def cancel(attempt_dir: Optional[str], last: bool, workspace: Optional[str], as_json: bool) -> None:
     """scancel the attempt's job and record the request."""
     from dd_slurm.control.status import cancel as do_cancel
     from dd_slurm.store.run_record import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
+    attempt_dir = attempt_path(attempt_dir, last, workspace, runs=True)
     if is_run_dir(attempt_dir):  # a run: one scancel of its array
         from dd_slurm.control.runs_view import cancel_run as do_cancel  # type: ignore[assignment]
     out = do_cancel(checked_dir(attempt_dir, runs=True), _commands(), _clock())

@@ -12,16 +12,15 @@ from dd_slurm.errors import AttemptDirError, InvalidInput, SchedulerError, Submi
 from dd_slurm.store.attempt_record import update_record
 
 if TYPE_CHECKING:
+    from dd_slurm.plan.records import Plan
     from dd_slurm.scheduler.commands import SlurmCommands
 
 
-def submit(plan_path: str, workspace: str, commands: SlurmCommands, clock: Clock,
+def submit(plan: Plan, workspace: str, commands: SlurmCommands, clock: Clock,
            environ: Mapping[str, str]) -> dict[str, Any]:
     from dd_slurm.bundle.stage import stage
-    from dd_slurm.plan.io import load_plan
     from dd_slurm.scheduler.render import forwarded_values
 
-    plan = load_plan(plan_path)
     forward = forwarded_values(plan, environ)
     if plan.job.array is not None:
         from dd_slurm.control.shards import submit_run

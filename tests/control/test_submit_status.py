@@ -16,6 +16,7 @@ from dd_slurm.control import status as attempt_status
 from dd_slurm.control.submit import submit
 from dd_slurm.errors import ToolFailed
 from dd_slurm.machine.journal import Journal
+from dd_slurm.plan.io import load_plan
 from dd_slurm.scheduler.commands import QueryResult
 from dd_slurm.scheduler.parse import parse_squeue
 from dd_slurm.store.attempt_record import read_record, update_record
@@ -219,7 +220,7 @@ def test_a_refused_submission_leaves_no_staged_attempt(fake_slurm, fake_commands
     says so."""
     fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: invalid partition specified: nope\n")
     with pytest.raises(ToolFailed) as caught:
-        submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+        submit(load_plan(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
     assert [] == list((tmp_path / "ws" / "attempts").iterdir())
     assert "was removed" in str(caught.value)
 
@@ -232,7 +233,7 @@ def test_a_submission_of_unknown_fate_keeps_and_names_its_attempt(fake_slurm, fa
     fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: Socket timed out on send/recv operation\n")
     fake_slurm.add_fault("sacct", exit=1, stderr="sacct: error: slurmdbd: Connection refused\n", times=3)
     with pytest.raises(SubmissionUnknown) as caught:
-        submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+        submit(load_plan(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
     [kept] = list((tmp_path / "ws" / "attempts").iterdir())
     assert f"kept at {kept}" in str(caught.value)
     assert "Socket timed out" in read_record(kept)["submit_error"]
@@ -243,7 +244,7 @@ def test_an_adopted_submission_is_recorded_and_said(fake_slurm, fake_commands, c
     submit's answer carries the note."""
     fake_slurm.add_fault("sbatch", exit=1, stderr="sbatch: error: Socket timed out on send/recv operation\n",
                          after_work=True, job={"held": True})
-    out = submit(str(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
+    out = submit(load_plan(_plan_file(tmp_path)), str(tmp_path / "ws"), fake_commands, clock, {})
     record = read_record(Path(out["attempt_dir"]))
     assert ("1000", "1000", True) == (out["job_id"], record["job_id"], record["submission"]["adopted"])
     assert "adopted job 1000" in out["note"]
@@ -344,3 +345,26 @@ def test_submit_parsable_prints_only_dir_and_job(fake_slurm, tmp_path, dd_slurm_
     both = subprocess.run(dd_slurm_exe + ["submit", "--parsable", "--json", plan, "-w", str(tmp_path / "ws")], env=env,
                           capture_output=True, text=True, timeout=60)
     assert (2, 1) == (both.returncode, len(fake_slurm.calls("sbatch")))
+
+
+def test_the_workspace_and_job_defaults_come_from_the_config_file_and_attempts_by_id(
+        fake_slurm, tmp_path, dd_slurm_exe, clean_env) -> None:
+    """With `workspace` and `account` in config.toml and no -w: `submit` stages into that workspace
+    with `#SBATCH --account="lab"`; then `status` takes the attempt's id prefix, `status --last` and
+    `logs --last` the newest, all naming the same attempt."""
+    (tmp_path / "cfg" / "dd-slurm").mkdir(parents=True)
+    (tmp_path / "cfg" / "dd-slurm" / "config.toml").write_text(f'workspace = "{tmp_path / "ws"}"\naccount = "lab"\n')
+    env = {**clean_env, "DD_SLURM_BIN_DIR": str(fake_slurm.bin_dir), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run(dd_slurm_exe + list(args), env=env, capture_output=True, text=True, timeout=60)
+        assert 0 == done.returncode, done.stderr
+        return done
+
+    attempt_dir = Path(cli("submit", "--parsable", str(_plan_file(tmp_path))).stdout.split(";")[0])
+    assert (tmp_path / "ws" / "attempts") == attempt_dir.parent
+    assert '#SBATCH --account="lab"' in (attempt_dir / "job.sbatch").read_text().splitlines()
+    by_prefix = json.loads(cli("status", "--json", attempt_dir.name[:-3]).stdout)
+    by_last = json.loads(cli("status", "--json", "--last").stdout)
+    assert [str(attempt_dir)] * 2 == [by_prefix["attempt"]["dir"], by_last["attempt"]["dir"]]
+    assert "batch" in cli("logs", "--last").stdout
