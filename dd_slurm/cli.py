@@ -339,6 +339,24 @@ def list_attempts(workspace: Optional[str], as_json: bool) -> None:
 
 
 @cli.command()
+@workspace_option
+@click.option("--older-than", "older_than", required=True, metavar="AGE",
+              help="Only what has not changed for AGE: 7d, 12h, 30m, 2w.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@json_option
+def clean(workspace: Optional[str], older_than: str, dry_run: bool, as_json: bool) -> None:
+    """Remove finished attempts and runs older than AGE, and the bundles no attempt left uses;
+    never an attempt whose job may still run (one squeue + one sacct at most)."""
+    from dd_slurm.bundle.stage import workspace_path
+    from dd_slurm.control.clean import clean as do_clean
+    from dd_slurm.control.clean import clean_text, parse_age
+
+    age = parse_age(older_than)
+    out = do_clean(workspace_path(workspace_for(workspace)), _commands(), _clock().wall(), age, dry_run)
+    emit(out, as_json, clean_text)
+
+
+@cli.command()
 @attempt_target
 @json_option
 def cancel(attempt_dir: Optional[str], last: bool, workspace: Optional[str], as_json: bool) -> None:
