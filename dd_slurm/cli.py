@@ -8,7 +8,15 @@ from typing import Any, Optional, cast
 
 import click
 
-from dd_slurm.cli_options import LazyCommands, attempt_path, attempt_target, load_user_plan, workspace_for, workspace_option
+from dd_slurm.cli_options import (
+    LazyCommands,
+    attempt_path,
+    attempt_target,
+    load_user_plan,
+    settings,
+    workspace_for,
+    workspace_option,
+)
 from dd_slurm.cli_options import clock as _clock
 from dd_slurm.cli_options import commands as _commands
 from dd_slurm.cli_output import SectionedGroup, emit, fail, fail_for, json_option
@@ -29,7 +37,10 @@ cli.add_command(advance)
 @cli.command()
 @click.argument("plans", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @json_option
-def validate(plans: tuple[str, ...], as_json: bool) -> None:
+@click.option("--cluster", "on_cluster", is_flag=True, help="Also what this login node can check: the partition's "
+              "nodes hold the job (sinfo), sbatch --test-only takes it, its programs are where the nodes see them.")
+@click.option("--workspace", "-w", type=click.Path(file_okay=False), help="With --cluster: check it is shared.")
+def validate(plans: tuple[str, ...], as_json: bool, on_cluster: bool, workspace: Optional[str]) -> None:
     """Strictly validate resolved plan files (exit 2 on the first invalid field of each); `-` reads stdin."""
     from dd_slurm.errors import PlanError
     from dd_slurm.plan.checks import argv_warnings
@@ -44,17 +55,35 @@ def validate(plans: tuple[str, ...], as_json: bool) -> None:
         except PlanError as err:
             results.append({"plan": path, "valid": False, "error": str(err)})
             errors.append(f"error: {path}: {err}" if len(plans) > 1 else f"error: {err}")
+            continue
+        if on_cluster:
+            found = _on_cluster(plan, workspace)
+            results[-1].update(valid=not found["errors"], cluster_errors=found["errors"])
+            results[-1]["warnings"] += found["warnings"]
+            errors += [f"error: {path}: {line}" if len(plans) > 1 else f"error: {line}" for line in found["errors"]]
     if as_json:
         emit(results, True, str)
     else:
         for result in results:
             if result["valid"]:
                 click.echo(f"ok {result['plan']} sha256:{result['digest']}")
-                for warning in result["warnings"]:
-                    click.echo(warning if len(plans) == 1 else f"{result['plan']}: {warning}", err=True)
+            for warning in result.get("warnings", []):
+                click.echo(warning if len(plans) == 1 else f"{result['plan']}: {warning}", err=True)
     for line in errors:
         click.echo(line, err=True)
     sys.exit(EXIT_INVALID if errors else 0)
+
+
+def _on_cluster(plan, workspace: Optional[str]) -> dict[str, list[str]]:
+    from dd_slurm.control.cluster_checks import cluster_report
+    from dd_slurm.control.settings import with_job_defaults
+    from dd_slurm.errors import InvalidInput
+
+    try:
+        workspace = workspace_for(workspace)
+    except InvalidInput:
+        workspace = None
+    return cluster_report(with_job_defaults(plan, settings()), _commands(), _clock(), workspace)
 
 
 @cli.command()
@@ -146,33 +175,16 @@ def render(plan: str, workspace: Optional[str]) -> None:
     """Print the batch script that `submit` would submit for PLAN (nothing is written)."""
     import os
 
-    from dd_slurm.bundle.manifest import entry_sha256, planned_manifest, planned_sources, read_manifest
-    from dd_slurm.bundle.stage import new_attempt_id, workspace_path
+    from dd_slurm.bundle.stage import workspace_path
+    from dd_slurm.control.preview import preview_script
     from dd_slurm.errors import InvalidInput
-    from dd_slurm.plan.io import plan_digest
-    from dd_slurm.scheduler.render import ScriptContext, render_script
 
     loaded = load_user_plan(plan)
     try:
         ws = workspace_path(workspace_for(workspace))
     except InvalidInput:  # nowhere named: paths as seen from here
         ws = workspace_path(".")
-    sources = planned_sources()[0]
-    bundle = ws / "bundles" / sources
-    try:  # the bundle staging would reuse, or the one it would publish
-        digest = read_manifest(bundle)["digest"]
-    except (OSError, ValueError, KeyError):
-        digest = planned_manifest()["digest"]
-    attempt_id = new_attempt_id(loaded, _clock())
-    if loaded.job.array is not None:
-        from dd_slurm.control.shards import render_run
-
-        bin_dir = os.environ.get("DD_SLURM_BIN_DIR") or None
-        click.echo(render_run(loaded, ws, attempt_id, bundle, digest, bin_dir), nl=False)
-        return
-    ctx = ScriptContext(attempt_id, str(ws / "attempts" / attempt_id), str(bundle), digest,
-                        plan_digest(loaded), os.environ.get("DD_SLURM_BIN_DIR") or None, entry_sha256=entry_sha256())
-    click.echo(render_script(loaded, ctx), nl=False)
+    click.echo(preview_script(loaded, ws, _clock(), os.environ.get("DD_SLURM_BIN_DIR") or None), nl=False)
 
 
 @cli.command()

@@ -217,7 +217,7 @@ def test_help_lists_the_users_commands_apart_from_the_in_allocation_ones() -> No
     for block in out.split("\n\n"):
         title, *rows = block.strip().splitlines()
         sections[title] = [row.split()[0] for row in rows if row.startswith("  ")]
-    assert (["cancel", "diagram", "inspect", "list", "logs", "query", "render", "stage", "status", "submit",
+    assert (["cancel", "clean", "diagram", "inspect", "list", "logs", "query", "render", "stage", "status", "submit",
              "validate"], ["advance", "run"]) == (
         sections["Commands:"], sections["Inside the allocation (the batch script runs these):"])
 

@@ -331,6 +331,12 @@ class SlurmCommands:
     def test_only(self, script: Path) -> ToolResult:
         return self.run("sbatch", ["--test-only", str(script)])
 
+    def nodes(self) -> list:
+        """Every node of every partition as sinfo has it configured (scheduler/sinfo.py)."""
+        from dd_slurm.scheduler.sinfo import SINFO_FORMAT, parse_nodes
+
+        return parse_nodes(self.run("sinfo", ["--noheader", "--Node", f"--format={SINFO_FORMAT}"]).stdout)
+
 
 def _one_line(text: str) -> str:
     return " / ".join(line.strip() for line in text.strip().splitlines() if line.strip())[:500]
