@@ -1,14 +1,31 @@
-"""The README's first plan, the one users copy, is a valid plan."""
+"""The README's first plan, the one users copy, is a valid plan, sized for a vLLM job."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from dd_slurm.plan.io import parse_plan
 from tests.conftest import ROOT
 
 
-def test_the_first_plan_in_the_readme_validates() -> None:
-    """The first ```json block of README.md parses as a plan, and it is five lines long."""
-    block = re.search(r"```json\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
-    assert (5, "first-run") == (len(block.splitlines()), parse_plan(block).name)
+def readme_json_blocks() -> list[str]:
+    return re.findall(r"```json\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def first_plan_on_the_lab() -> dict:
+    """The first plan with the one edit the README names for the lab: the deployment's argv."""
+    plan, lab_argv = (json.loads(block) for block in readme_json_blocks()[:2])
+    plan["deployments"][0]["argv"] = lab_argv
+    return plan
+
+
+def test_the_first_plan_in_the_readme_validates_and_sets_what_a_vllm_job_needs() -> None:
+    """The first ```json block parses as a plan of at most 10 lines that sets CPUs, memory, the
+    pre-timeout signal and a port dd-slurm picks; the second is the argv the lab edit puts in."""
+    block = readme_json_blocks()[0]
+    plan = parse_plan(block)
+    assert ("first-run", True, (2, "3G", 120), None) == (
+        plan.name, len(block.splitlines()) <= 10, (plan.job.cpus_per_task, plan.job.mem, plan.job.pre_timeout_signal_s),
+        plan.deployments[0].port)
+    assert "fake_model.py" in parse_plan(json.dumps(first_plan_on_the_lab())).deployments[0].argv[1]
