@@ -90,7 +90,37 @@ def structure_plan(data: Any) -> Any:
         path, reason = first_error(err, "")
         if reason == MISSING:
             path, reason = misspelt(data, path) or (path, reason)
-        raise PlanError(path.lstrip("."), reason) from None
+        raise PlanError(path.lstrip("."), with_value(reason, path, data)) from None
+
+
+_ABSENT = object()
+
+
+def value_at(data: Any, path: str) -> Any:
+    """The value at a field path (`.job.nodes`, `.deployments[0].argv[2]`) of the raw plan, or _ABSENT."""
+    for name, index in _STEP.findall(path):
+        if name and isinstance(data, dict) and name in data:
+            data = data[name]
+        elif index and isinstance(data, list) and int(index) < len(data):
+            data = data[int(index)]
+        else:
+            return _ABSENT
+    return data
+
+
+def with_value(reason: str, path: str, data: Any) -> str:
+    """A type, range or format error with its unit (seconds, for a `_s` field) and what was typed:
+    `must be a number of seconds (got "5s")`. Other reasons name what is wrong already; an `env`
+    value is never shown."""
+    value = value_at(data, path)
+    if not reason.startswith("must ") or type(value) not in (str, int, float, bool) or ".env." in path:
+        return reason  # only type, range and format errors; an environment value may be a secret
+    if path.endswith("_s") and reason in ("must be a number", "must be an integer"):
+        reason += " of seconds"
+    import json
+
+    shown = json.dumps(value)  # ASCII: a lone surrogate or control character is shown escaped
+    return f"{reason} (got {shown[:60] + '...' if len(shown) > 60 else shown})"
 
 
 MISSING = "required key is missing"

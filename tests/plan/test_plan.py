@@ -285,3 +285,24 @@ def test_a_shell_variable_in_argv_is_a_warning(argv: list[str], warned: list[tup
     assert [f"warning: deployments[0].argv[{i}]: {var} is passed as written: no shell expands it (set the value in "
             "env.set or env.forward and let the program read it, or run the program through `bash -c`)"
             for i, var in warned] == argv_warnings(parse_plan(json.dumps(data)))
+
+
+@pytest.mark.parametrize(("where", "value", "expected"), [
+    (("runtime", "cleanup_grace_s"), "5s", 'runtime.cleanup_grace_s: must be a number of seconds (got "5s")'),
+    (("job", "gpus_per_node"), "2", 'job.gpus_per_node: must be an integer (got "2")'),
+    (("job", "time_limit"), 90, "job.time_limit: must be a string (got 90)"),
+    (("job", "cpus_per_task"), -1, "job.cpus_per_task: must be at least 1 (got -1)"),
+    (("name",), "-" + "x" * 100, 'name: must match [A-Za-z0-9][A-Za-z0-9._-]{0,63} (got "-' + "x" * 58 + '...)'),
+    (("client", "env", "set", "HF_TOKEN"), 7, "client.env.set.HF_TOKEN: must be a string"),
+])
+def test_a_type_error_shows_the_unit_and_what_was_typed(where: tuple, value, expected: str) -> None:
+    """A type, range or format error says what was typed (long values cut), and a `_s` field that
+    it counts seconds; a value under `env` is never echoed (it may be a token)."""
+    plan = json.loads((PLANS / "single-node.json").read_text())
+    parent = plan
+    for key in where[:-1]:
+        parent = parent.setdefault(key, {})
+    parent[where[-1]] = value
+    with pytest.raises(PlanError) as caught:
+        parse_plan(json.dumps(plan))
+    assert expected == str(caught.value)
