@@ -43,7 +43,7 @@ cli.add_command(advance)
 def validate(plans: tuple[str, ...], as_json: bool, on_cluster: bool, workspace: Optional[str]) -> None:
     """Strictly validate resolved plan files (exit 2 on the first invalid field of each); `-` reads stdin."""
     from dd_slurm.errors import PlanError
-    from dd_slurm.plan.checks import argv_warnings
+    from dd_slurm.plan.checks import plan_warnings
     from dd_slurm.plan.io import load_plan, parse_plan, plan_digest
 
     results: list[dict[str, Any]] = []
@@ -51,7 +51,7 @@ def validate(plans: tuple[str, ...], as_json: bool, on_cluster: bool, workspace:
     for path in plans:
         try:
             plan = parse_plan(sys.stdin.buffer.read()) if path == "-" else load_plan(path)
-            results.append({"plan": path, "valid": True, "digest": plan_digest(plan), "warnings": argv_warnings(plan)})
+            results.append({"plan": path, "valid": True, "digest": plan_digest(plan), "warnings": plan_warnings(plan)})
         except PlanError as err:
             results.append({"plan": path, "valid": False, "error": str(err)})
             errors.append(f"error: {path}: {err}" if len(plans) > 1 else f"error: {err}")
@@ -238,10 +238,10 @@ def submit(plan: str, workspace: Optional[str], as_json: bool, wait: bool, inter
         out = submit_staged(plan, workspace, _commands(), _clock(), os.environ)
     else:
         from dd_slurm.control.submit import submit as submit_plan
-        from dd_slurm.plan.checks import argv_warnings
+        from dd_slurm.plan.checks import plan_warnings
 
         loaded = load_user_plan(plan)
-        for warning in argv_warnings(loaded):
+        for warning in plan_warnings(loaded):
             click.echo(warning, err=True)
         out = submit_plan(loaded, workspace, _commands(), _clock(), os.environ)
     if parsable:

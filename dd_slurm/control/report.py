@@ -90,6 +90,10 @@ def status_text(view: dict[str, Any]) -> str:
     else:
         lines.append(scheduler_line(view.get("scheduler")))
     lines.append(effective_line(view.get("effective")))
+    result = view.get("result")
+    if result:
+        lines.append(f"result: {result['path']}, {result['records']} records"
+                     + (" (partial: kept when the attempt was stopped)" if result["partial"] else ""))
     problem = disagreement(view["attempt"], view.get("scheduler"))
     if problem:
         lines.append(f"warning: {problem}")

@@ -65,7 +65,9 @@ def result_lines(manifest: Optional[dict[str, Any]], attempt_dir: str) -> list[s
         return ["result: none recorded"]
     where = f"{attempt_dir}/{files.RESULTS_DIR}/{manifest.get('path')}"
     size = f"{manifest.get('format')}, {manifest.get('records')} records, {manifest.get('bytes')} bytes"
-    return [f"result: {where} ({size})", f"  sha256 {manifest.get('sha256')}"]
+    kept = ["  partial: what the client had written when the attempt was stopped (min_records not required)"] \
+        if manifest.get("partial") is True else []
+    return [f"result: {where} ({size})", f"  sha256 {manifest.get('sha256')}"] + kept
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -48,7 +48,22 @@ def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]]) -
     if view["scheduler"] and view["scheduler"]["terminal"] and summary["state"] != "done":
         view["attempt"] = summary = attempt_summary(attempt_dir)  # the job may have ended between reading and asking
     view["effective"] = effective(summary, view["scheduler"])
+    if summary["state"] == "done":
+        view["result"] = result_summary(attempt_dir)
     return view
+
+
+def result_summary(attempt_dir: Path) -> Optional[dict[str, Any]]:
+    """`{"path", "records", "partial"}` of the result manifest, once the attempt is done (null when
+    it kept none); `partial`: records a stopped client had written, kept without `min_records`."""
+    from dd_slurm.store.view import read_json
+
+    manifest = read_json(attempt_dir / files.RESULT_MANIFEST)
+    if manifest is None:
+        return None
+    records = manifest.get("records")
+    return {"path": manifest.get("path") if isinstance(manifest.get("path"), str) else None,
+            "records": records if type(records) is int else None, "partial": manifest.get("partial") is True}
 
 
 def observe_attempt(attempt_dir: Path, record: dict, commands: SlurmCommands, clock: Clock) -> Optional[dict]:

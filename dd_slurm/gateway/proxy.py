@@ -31,6 +31,8 @@ STATS_PATH = b"/_gateway/stats"  # aliases start with [A-Za-z0-9]: no clash
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 FULL = http1.simple_response(503, error_body("the gateway is at its connection limit; retry later", "api_error",
                                              "too_many_connections"), (b"retry-after: 1",), close=True)
+DRAINING = http1.simple_response(503, error_body("the attempt is stopping: the gateway admits no new request", "api_error",
+                                                 "draining"), (b"retry-after: 30",), close=True)
 
 
 @attrs.frozen
@@ -57,7 +59,12 @@ class Proxy:
         self.retry_after = b"retry-after: %d" % retry_after_s
         self.connect_timeout_s, self.now, self.stats, self.limits = connect_timeout_s, now, stats, limits
         self.connections: set[ClientConnection] = set()
-        self.counts = {"refused_at_limit": 0, "header_timeout": 0, "idle_timeout": 0}
+        self.counts = {"refused_at_limit": 0, "header_timeout": 0, "idle_timeout": 0, "refused_draining": 0}
+        self.draining = False  # set at the attempt's stop: new requests are answered 503, in-flight ones finish
+
+    def in_flight(self) -> int:
+        """Requests admitted and not yet answered: at replicas, or queued for one."""
+        return sum(sum(r.inflight for r in pool.replicas) + len(pool.waiters) for pool in self.pools.values())
 
     def connection(self) -> ClientConnection:
         return ClientConnection(self)
@@ -292,6 +299,12 @@ class ClientConnection(Reading):
         pool = self._pool_of(target)
         if pool is None:
             self._local(head, target)
+            return
+        if self.proxy.draining:
+            self.proxy.counts["refused_draining"] += 1
+            self._count_refusal(head, 503)
+            self.transport.write(DRAINING)
+            self.close()
             return
         pool.stats.requests += 1
         alias_length = len(pool.alias.encode())

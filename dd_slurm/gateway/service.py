@@ -51,6 +51,7 @@ class Service:
         self.state: dict = {}
         self.stalled: list[dict] = []
         self.proxy: Proxy | None = None
+        self.draining: asyncio.Future | None = None
 
     def stats(self, addresses: bool = True) -> dict:
         """The accounting; `addresses=False` for answers over the network (no replica's address)."""
@@ -99,6 +100,7 @@ class Service:
         for signo in STOP_SIGNALS:
             loop.add_signal_handler(signo, stop.set)
         loop.add_signal_handler(signal.SIGUSR1, self.write_stats)
+        loop.add_signal_handler(signal.SIGUSR2, self.drain)
         if stop_requested(self.received):
             stop.set()  # it landed before the handlers above: it counts all the same
         stall = self.config.stall_timeout_s
@@ -116,6 +118,22 @@ class Service:
         self.publish("stalled" if self.stalled else "stopped")
         log("stalled: " + ", ".join(s["name"] for s in self.stalled) if self.stalled else "stopped")
         return EXIT_STALLED if self.stalled else 0
+
+    def drain(self) -> None:
+        """The attempt is stopping (SIGUSR2): admit nothing new (503 with Retry-After), let what is
+        in flight finish, and say `drained` in the state file once nothing is."""
+        if self.proxy is None or self.proxy.draining:
+            return
+        self.proxy.draining = True
+        self.publish("draining")
+        log(f"draining: {self.proxy.in_flight()} request(s) in flight, new ones refused")
+        self.draining = asyncio.ensure_future(self._drained())  # kept: a task nobody holds may be collected
+
+    async def _drained(self) -> None:
+        while self.proxy is not None and self.proxy.in_flight():
+            await asyncio.sleep(0.05)
+        self.publish("drained")
+        log("drained: nothing in flight")
 
     async def watch(self, stop: asyncio.Event, timeout: float) -> None:
         interval = min(1.0, timeout / 4)

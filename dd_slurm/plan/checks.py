@@ -42,12 +42,14 @@ def opt(check: Callable[[Any], None]) -> Callable[[Any], None]:
     return lambda value: None if value is None else check(value)
 
 
-def between(low: float, high: float, strict_low: bool = False) -> Callable[[Any], None]:
+def between(low: float, high: float, strict_low: bool = False, not_yet: str = "") -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if not math.isfinite(value):
             raise fields.FieldError("must be a finite number")
         if value < low or (strict_low and value == low):
             raise fields.FieldError(f"must be {'greater than' if strict_low else 'at least'} {low:g}")
+        if value > high and not_yet:
+            raise fields.FieldError(f"{value:g} is not supported yet by this dd-slurm ({not_yet}); leave it {high:g}")
         if value > high:
             raise fields.FieldError(f"must be at most {high:g}")
 
@@ -57,6 +59,17 @@ def between(low: float, high: float, strict_low: bool = False) -> Callable[[Any]
 def supported_version(value: int) -> None:
     if value != SCHEMA_VERSION:
         raise fields.FieldError(f"unsupported version {value}; this dd-slurm reads version {SCHEMA_VERSION}")
+
+
+def not_yet(what: str) -> Callable[[Any], None]:
+    """A contract key this dd-slurm does not implement yet: accepted only as null, so a plan that
+    asks for it is refused, never silently run without it."""
+
+    def check(value: Any) -> None:
+        if value is not None:
+            raise fields.FieldError(f"not supported yet by this dd-slurm ({what}); leave it null")
+
+    return check
 
 
 def one_of(choices: tuple[Any, ...]) -> Callable[[Any], None]:
@@ -169,6 +182,23 @@ sched = opt(fields.check_scheduler_value)
 
 
 _SHELL_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def plan_warnings(plan: Any) -> list[str]:
+    """What `validate` and `submit` say of a valid plan on stderr: argv and stop timing."""
+    return argv_warnings(plan) + stop_warnings(plan)
+
+
+def stop_warnings(plan: Any) -> list[str]:
+    """The stop (drain, the client's grace, cleanup's grace) must fit in the pre-timeout signal's
+    lead, or cleanup cuts it short."""
+    lead = plan.job.pre_timeout_signal_s
+    need = plan.gateway.drain_s + plan.client.stop_grace_s + plan.runtime.cleanup_grace_s
+    if not lead or need < lead:
+        return []
+    return [f"warning: job.pre_timeout_signal_s: {lead} s does not hold the stop: gateway.drain_s "
+            f"{plan.gateway.drain_s:g} + client.stop_grace_s {plan.client.stop_grace_s:g} + runtime.cleanup_grace_s "
+            f"{plan.runtime.cleanup_grace_s:g} = {need:g} s; cleanup will cut them short"]
 
 
 def argv_warnings(plan: Any) -> list[str]:

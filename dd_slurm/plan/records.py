@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import attrs
 
 from dd_slurm.plan import checks, fields
 
 RESULT_FORMATS = ("jsonl", "json", "parquet", "file")
+STOP_SIGNALS = ("TERM", "INT", "USR1")
 
 _v, _opt = checks.v, checks.opt
 _positive = checks.between(0, checks.MAX_SECONDS, strict_low=True)
@@ -58,6 +59,12 @@ class Job:
 
 
 @attrs.frozen
+class Restart:
+    max: int = attrs.field(default=0, validator=_v(checks.between(0, 0, not_yet="replica restarts")))
+    backoff_s: float = attrs.field(default=5.0, validator=_v(checks.between(0, checks.MAX_SECONDS)))
+
+
+@attrs.frozen
 class Deployment:
     name: str = attrs.field(validator=_v(checks.identifier))
     model_alias: str = attrs.field(validator=_v(checks.identifier))
@@ -74,8 +81,15 @@ class Deployment:
     health_path: str = attrs.field(default="/health", validator=_v(checks.health_path))
     ready_timeout_s: float = attrs.field(default=600.0, validator=_v(_positive))
     env: Env = attrs.field(factory=Env)
+    min_replicas: Optional[int] = attrs.field(default=None, validator=_v(_opt(checks.between(1, checks.MAX_REPLICAS))))
+    restart: Optional[Restart] = None
+    container: Any = attrs.field(default=None, validator=_v(checks.not_yet("containers")))
+    weights: Any = attrs.field(default=None, validator=_v(checks.not_yet("weights staging")))
 
     def __attrs_post_init__(self) -> None:
+        if self.min_replicas is not None and self.min_replicas != self.replicas:
+            raise fields.FieldError(f"{self.min_replicas} is not supported yet by this dd-slurm (any lost replica fails "
+                                    f"the attempt); leave it null or {self.replicas}", ".min_replicas")
         if self.nodes > 1 and self.follower_argv is None:
             raise fields.FieldError("required when nodes > 1", ".follower_argv")
         if self.nodes == 1 and self.follower_argv is not None:
@@ -90,6 +104,7 @@ class Result:
     path: str = attrs.field(validator=_v(checks.result_path))
     format: str = attrs.field(validator=_v(checks.one_of(RESULT_FORMATS)))
     min_records: int = attrs.field(default=0, validator=_v(checks.between(0, 2**63 - 1)))
+    keep_partial: bool = True
 
 
 @attrs.frozen
@@ -101,6 +116,9 @@ class Client:
     )
     env: Env = attrs.field(factory=Env)
     timeout_s: Optional[float] = attrs.field(default=None, validator=_v(_opt(_positive)))
+    stop_signal: str = attrs.field(default="TERM", validator=_v(checks.one_of(STOP_SIGNALS)))
+    stop_grace_s: float = attrs.field(default=30.0, validator=_v(checks.between(0, checks.MAX_SECONDS)))
+    container: Any = attrs.field(default=None, validator=_v(checks.not_yet("containers")))
 
 
 @attrs.frozen
@@ -111,6 +129,8 @@ class Gateway:
     header_timeout_s: float = attrs.field(default=10.0, validator=_v(_positive))
     idle_timeout_s: float = attrs.field(default=120.0, validator=_v(_positive))
     max_connections: int = attrs.field(default=4096, validator=_v(checks.between(1, checks.MAX_QUEUE)))
+    drain_s: float = attrs.field(default=30.0, validator=_v(checks.between(0, checks.MAX_SECONDS)))
+    eject_after: Optional[int] = attrs.field(default=None, validator=_v(checks.not_yet("replica ejection")))
 
 
 @attrs.frozen

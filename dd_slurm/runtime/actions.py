@@ -3,6 +3,7 @@ Launch actions return at once; guards wait against absolute deadlines and raise 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from types import ModuleType
@@ -20,7 +21,7 @@ from dd_slurm.runtime.node.stepexec import probe_answer, read_json
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import published_port
-from dd_slurm.runtime.results import validate_result
+from dd_slurm.runtime.results import keep_partial, validate_result
 from dd_slurm.runtime.session import NotPrepared, Session
 from dd_slurm.runtime.step_specs import StepSpec, needs_port, with_port
 from dd_slurm.store import attempt_files as files
@@ -35,6 +36,7 @@ LOCAL_PROBE_POLL_S = 0.001  # the supervisor's own node: a few stat()s and binds
 GATEWAY_POLL_S = 0.002  # from the config written to the gateway serving: ~10 ms on the path to the client
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
+STOP_REASONS = ("sigterm", "sigint", "pre_timeout_signal", "time_limit")  # the stops a drain answers
 WITHDRAW_WAIT_S = 2.0  # held steps never released, at cleanup: end of input, then cleanup stops any left
 
 
@@ -265,11 +267,26 @@ class RuntimeActions:
         if p is not None and self.started and not self.released:  # held steps end by end of input, started nothing
             p.runner.withdraw(list(self.started), s.clock.monotonic() + WITHDRAW_WAIT_S)
         nodes = p.alloc.nodes if p is not None else ()
-        cleanup = cleanup_module().Cleanup(
+        module = cleanup_module()
+        drain = self._drain(module, reason)
+        cleanup = module.Cleanup(
             attempt_dir=s.dir, table=s.table, runner=p.runner if p is not None else None, clock=s.clock, grace_s=grace,
             nodes=nodes, attempt_id=s.attempt_id, signal_steps=s.signal_steps, finish_readiness=self._finish_readiness,
-            budget=budget_for(s, reason, grace))
-        cleanup.run(phases, outcome, reason)
+            budget=budget_for(s, reason, grace, drain.seconds if drain else 0.0))
+        cleanup.run(phases, outcome, reason, drain)
+        if drain is not None and p is not None and p.plan.client.result.keep_partial:
+            print(keep_partial(s.dir, s.results_dir, p.plan.client.result, s.shard), file=sys.stderr, flush=True)
+
+    def _drain(self, module: ModuleType, reason: str):  # -> Optional[cleanup.Drain]
+        """A stop (a signal, the time limit, a cancel) while the client runs: drain, then let the
+        client seal its output."""
+        s = self.session
+        p = s.prepared_or_none()
+        if p is None or reason not in STOP_REASONS or "client" not in s.table.procs or s.table.poll("client") is not None:
+            return None
+        client = p.plan.client
+        return module.Drain(drain_s=p.plan.gateway.drain_s, stop_signal=client.stop_signal,
+                            stop_grace_s=client.stop_grace_s)
 
     # what every wait checks, and the readiness record
     def check_alive(self) -> None:

@@ -69,11 +69,12 @@ class Budget:
 
 
 def cleanup_budget(reason: str, grace_s: float, now_wall: float, now_mono: float,
-                   end_time: Optional[float], killwait: Optional[float]) -> Budget:
+                   end_time: Optional[float], killwait: Optional[float], drain_s: float = 0.0) -> Budget:
     """All of cleanup must fit before Slurm's SIGKILL: KillWait after the job's end (which is now,
-    for a SIGTERM), or its whole need when the job is not ending."""
+    for a SIGTERM), or its whole need (the drain first, when there is one) when the job is not
+    ending."""
     wait = killwait if killwait is not None else KILLWAIT_FALLBACK_S
-    wanted = grace_s + STOP_ALLOWANCE_S
+    wanted = drain_s + grace_s + STOP_ALLOWANCE_S
     if reason in ENDING_REASONS or (end_time is not None and end_time <= now_wall):
         seconds, basis = min(wanted, wait - REPORT_RESERVE_S), f"the job is ending: KillWait {wait:g}s"
     elif end_time is not None:
@@ -85,9 +86,9 @@ def cleanup_budget(reason: str, grace_s: float, now_wall: float, now_mono: float
     return Budget(now_mono + seconds, round(seconds, 3), basis)
 
 
-def budget_for(session: object, reason: str, grace_s: float) -> Budget:
+def budget_for(session: object, reason: str, grace_s: float, drain_s: float = 0.0) -> Budget:
     """The budget from what the supervisor learned of its job (run.py sets `session.job_facts`)."""
     facts = getattr(session, "job_facts", None)
     clock = session.clock  # type: ignore[attr-defined]
     return cleanup_budget(reason, grace_s, clock.wall(), clock.monotonic(),
-                          facts.end_time if facts else None, facts.killwait if facts else None)
+                          facts.end_time if facts else None, facts.killwait if facts else None, drain_s)

@@ -40,10 +40,38 @@ AFTER_GRACE_S = 2.0  # of the budget kept back from the grace: SIGKILL, the scan
 _JOB_ENDING = re.compile(r"has expired|Expired or invalid job|already completing|Job/step already|Invalid job id")
 
 
+def gateway_state(attempt_dir: Path) -> Optional[str]:
+    """The gateway's own word on its state (`serving`, `draining`, `drained`, `stopped`)."""
+    import json
+
+    try:
+        state = json.loads((attempt_dir / files.GATEWAY_STATE).read_text()).get("state")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return state if isinstance(state, str) else None
+
+
 def leftover(found: dict, node: str) -> Leftover:
     """One process of a node's scan answer, as the report records it."""
     return Leftover(pid=found["pid"], node=node, start_time=found["start_time"], role=found["role"],
                     cmdline=found["cmdline"], seen_by=tuple(found["seen_by"]))
+
+
+@attrs.frozen
+class Drain:
+    """At a stop while the client runs, before anything is stopped: the gateway admits nothing new
+    and its in-flight requests finish (`drain_s`), then the client gets `stop_signal` and
+    `stop_grace_s` to seal what it wrote."""
+
+    drain_s: float
+    stop_signal: str
+    stop_grace_s: float
+    gateway: str = "gateway"
+    client: str = "client"
+
+    @property
+    def seconds(self) -> float:
+        return self.drain_s + self.stop_grace_s
 
 
 def _default_budget(cleanup: Cleanup) -> Budget:
@@ -74,13 +102,16 @@ class Cleanup:
     def left(self) -> float:
         return self.budget.left(self.clock.monotonic())
 
-    def run(self, phases: list[list[str]], outcome: str, reason: str) -> CleanupReport:
+    def run(self, phases: list[list[str]], outcome: str, reason: str, drain: Optional[Drain] = None) -> CleanupReport:
         started = self.clock.monotonic()
         report = ReportDraft(runs=self._previous_runs() + 1, outcome=outcome, reason=reason,
                              budget_s=self.budget.seconds, budget_basis=self.budget.basis)
         self._guarded(report, "cleanup report", functools.partial(self._write, report))
         before = {name: self.table.poll(name) for name in self.table.procs}
         self._guarded(report, "recording process trees", functools.partial(self._record, report))
+        if drain is not None:
+            self._guarded(report, "draining the gateway", functools.partial(self._drain_gateway, drain, report))
+            self._guarded(report, "stopping the client", functools.partial(self._stop_client, drain, report))
         for phase in phases:
             self._guarded(report, f"stopping {', '.join(phase)}", functools.partial(self._stop, phase, report))
         self._guarded(report, "leftover scan", functools.partial(self._scan, report))
@@ -110,6 +141,38 @@ class Cleanup:
         left = self.table.wait_all(live, self.clock.monotonic() + grace)
         if left:
             self._guarded(report, f"SIGKILL to {', '.join(left)}", lambda: self._kill(left))
+
+    def _running(self, name: str) -> bool:
+        return name in self.table.procs and self.table.poll(name) is None
+
+    def _drain_gateway(self, drain: Drain, report: ReportDraft) -> None:
+        """SIGUSR2 to the gateway; wait (what the budget allows of `drain_s`) for its state file to
+        say `drained`, or for it to end."""
+        if not self._running(drain.gateway) or drain.drain_s <= 0:
+            return
+        if drain.gateway not in self._signal([drain.gateway], "USR2"):
+            self.table.signal_group(drain.gateway, signal.SIGUSR2)
+        began = self.clock.monotonic()  # at most half of what is left: the client and the stops come after
+        deadline = began + max(0.0, min(drain.drain_s, (self.left() - AFTER_GRACE_S) / 2))
+        while self.clock.monotonic() < deadline and self._running(drain.gateway):
+            if gateway_state(self.dir) == "drained":
+                report.notes.append(f"gateway drained in {self.clock.monotonic() - began:.1f}s: nothing in flight")
+                return
+            self.clock.sleep(0.05)
+        report.notes.append(f"gateway not drained after {self.clock.monotonic() - began:.1f}s "
+                            f"(drain_s {drain.drain_s:g}); requests still in flight are cut")
+
+    def _stop_client(self, drain: Drain, report: ReportDraft) -> None:
+        """`stop_signal` to the client, then up to `stop_grace_s` (what the budget allows) for it to
+        exit; what it has not sealed by then, the usual stop ends."""
+        if not self._running(drain.client):
+            return
+        if drain.client not in self._signal([drain.client], drain.stop_signal):
+            self.table.signal_group(drain.client, getattr(signal, f"SIG{drain.stop_signal}"))
+        self.table.procs[drain.client].stop = f"sig{drain.stop_signal.lower()}"
+        grace = max(0.0, min(drain.stop_grace_s, (self.left() - AFTER_GRACE_S) / 2))
+        if self.table.wait_all([drain.client], self.clock.monotonic() + grace):
+            report.notes.append(f"the client did not exit within {grace:.1f}s of SIG{drain.stop_signal}")
 
     def _signal(self, names: list[str], signal_name: str) -> set[str]:
         """The names signalled through Slurm (`signal_steps(names, signal, timeout_s)` answers them;
@@ -194,8 +257,8 @@ class Cleanup:
             how = f"exited {before} before cleanup"
         elif tracked.stop == "sigkill":
             how = f"killed (SIGKILL) after {self.grace_s:g}s grace"
-        elif tracked.stop == "sigterm":
-            how = f"stopped by SIGTERM (exit {tracked.exit_code})"
+        elif tracked.stop.startswith("sig"):
+            how = f"stopped by {tracked.stop.upper()} (exit {tracked.exit_code})"
         else:
             how = f"exited {tracked.exit_code}"
         return ProcessEnd(name=name, how=how, exit_code=tracked.exit_code, pid=tracked.pid, node=tracked.node,

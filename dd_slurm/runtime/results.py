@@ -16,11 +16,12 @@ from dd_slurm.plan.records import Result
 BLOCK = 1 << 20
 
 
-def read_result(path: Path, fmt: str, opener: Callable = open) -> tuple[Optional[int], int, str]:
+def read_result(path: Path, fmt: str, opener: Callable = open, partial: bool = False) -> tuple[Optional[int], int, str]:
     """(records, bytes, sha256) from one pass over one open file, so all three describe the same
-    bytes; raises ValueError when the content does not parse in its format."""
+    bytes; raises ValueError when the content does not parse in its format. `partial`: a JSON
+    lines file cut mid-line counts its complete lines only."""
     digest, size = hashlib.sha256(), 0
-    counter = _counter(fmt)
+    counter = _JsonLines(complete_only=True) if partial and fmt == "jsonl" else _counter(fmt)
     with opener(path, "rb") as handle:
         for block in iter(lambda: handle.read(BLOCK), b""):
             digest.update(block)
@@ -44,8 +45,9 @@ class _Counter:
 
 
 class _JsonLines(_Counter):
-    def __init__(self) -> None:
+    def __init__(self, complete_only: bool = False) -> None:
         self.count, self.number, self.rest = 0, 0, b""
+        self.complete_only = complete_only  # a last line without its newline is not a record
 
     def feed(self, block: bytes) -> None:
         lines = (self.rest + block).split(b"\n")
@@ -63,7 +65,7 @@ class _JsonLines(_Counter):
             self.count += 1
 
     def done(self) -> int:
-        if self.rest:
+        if self.rest and not self.complete_only:
             self._line(self.rest)
         return self.count
 
@@ -89,9 +91,11 @@ class _Parquet(_Json):
         return parquet_rows_of(b"".join(self.chunks))
 
 
-def validate_result(results_dir: Path, spec: Result, shard: tuple[int, int] = (0, 1), opener: Callable = open) -> dict:
+def validate_result(results_dir: Path, spec: Result, shard: tuple[int, int] = (0, 1), opener: Callable = open,
+                    partial: bool = False) -> dict:
     """The manifest of a valid candidate; AttemptFailure with a reason code otherwise. `shard`
-    (index, count) fills `{shard_index}` and `{num_shards}` in the path."""
+    (index, count) fills `{shard_index}` and `{num_shards}` in the path. `partial` (what a stopped
+    client wrote): no `min_records`, complete JSON lines only, and `"partial": true`."""
     root = Path(results_dir).resolve()
     name = expand(spec.path, {"shard_index": str(shard[0]), "num_shards": str(shard[1])})
     path = (root / name)
@@ -100,9 +104,12 @@ def validate_result(results_dir: Path, spec: Result, shard: tuple[int, int] = (0
     if root not in path.resolve().parents:
         raise AttemptFailure("result_outside_results_dir", f"{name} resolves outside the results dir")
     try:
-        records, size, sha256 = read_result(path, spec.format, opener)
+        records, size, sha256 = read_result(path, spec.format, opener, partial)
     except (ValueError, OSError) as err:
         raise AttemptFailure("result_invalid", f"{name} is not valid {spec.format}: {err}") from None
+    if partial:
+        return {"path": name, "format": spec.format, "records": records, "bytes": size, "sha256": sha256,
+                "partial": True}
     if spec.format == "file" and spec.min_records and size == 0:
         raise AttemptFailure("result_invalid", f"{name} is empty")
     if records is not None and records < spec.min_records:
@@ -120,3 +127,17 @@ def held_by(root: Path, most: int = 8) -> str:
         return "the results dir is empty"
     more = f" and {len(names) - most} more" if len(names) > most else ""
     return f"the results dir holds {', '.join(names[:most])}{more}"
+
+
+def keep_partial(attempt_dir: Path, results_dir: Path, spec: Result, shard: tuple[int, int]) -> str:
+    """After a stop: what the client wrote, validated but for `min_records`, kept with a manifest
+    that says `partial`; the line for the batch log either way."""
+    from dd_slurm.store import attempt_files as files
+    from dd_slurm.store.atomic import write_json_atomic
+
+    try:
+        manifest = validate_result(results_dir, spec, shard, partial=True)
+    except AttemptFailure as err:
+        return f"partial result not kept: {err.reason}: {err.detail}"
+    write_json_atomic(Path(attempt_dir) / files.RESULT_MANIFEST, manifest)
+    return f"partial result kept: {manifest['path']}, {manifest['records']} records"

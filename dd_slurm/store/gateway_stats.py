@@ -62,12 +62,14 @@ class AliasStats:
 
 @attrs.frozen(kw_only=True)
 class Connections:
-    """Client connections: open now, refused at max_connections, closed by the header or idle timeout."""
+    """Client connections: open now, refused at max_connections, closed by the header or idle timeout,
+    and requests refused while the gateway drained at the attempt's stop."""
 
     open: int
     refused_at_limit: int
     header_timeout: int
     idle_timeout: int
+    refused_draining: int = 0
 
 
 @attrs.frozen(kw_only=True)

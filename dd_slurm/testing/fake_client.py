@@ -24,7 +24,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sleep", type=float, default=0.0, help="seconds to wait before doing anything")
     p.add_argument("--tag", default=None, help="written into every record (e.g. {shard_index}/{num_shards})")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="variable holding the key to send, if set")
+    p.add_argument("--until-signalled", action="store_true",
+                   help="keep writing records (a 503 is waited out) until SIGTERM, SIGINT or SIGUSR1; then exit 0")
+    p.add_argument("--torn-tail", action="store_true", help="with --until-signalled: end with half a line")
     return p.parse_args(argv)
+
+
+def until_signalled(args: argparse.Namespace, endpoints: dict[str, str | None]) -> int:
+    """One record after another, each a whole line flushed at once, until a stop signal; the
+    request in flight when it lands is finished and written first."""
+    import signal
+    import urllib.error
+
+    stopped: list[int] = []
+    for signo in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(signo, lambda got, _frame: stopped.append(got))
+    key, written = os.environ.get(args.api_key_env), 0
+    with open(args.out, "w") as out:
+        while not stopped:
+            alias, url = sorted(endpoints.items())[written % len(endpoints)]
+            try:
+                text = chat(cast(str, url), alias, f"record {written}", key)
+            except urllib.error.HTTPError as err:
+                if err.code != 503:
+                    raise
+                time.sleep(0.2)  # the gateway drains: the stop signal comes next
+                continue
+            out.write(json.dumps({"alias": alias, "index": written, "text": text}) + "\n")
+            out.flush()
+            written += 1
+        if args.torn_tail:
+            out.write('{"alias": "torn')
+    print(f"stopped by signal {stopped[0]} after {written} records", flush=True)
+    return 0
 
 
 def load_endpoints(path: str, preflight: bool = False) -> dict[str, str | None]:
@@ -57,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.exit_code
     while args.hang:
         time.sleep(3600)
+    if args.until_signalled:
+        return until_signalled(args, endpoints)
     with open(args.out, "w") as out:
         key = os.environ.get(args.api_key_env)
         for alias, url in sorted(endpoints.items()):

@@ -342,3 +342,26 @@ def test_response_without_length_ends_at_close(world) -> None:
 def test_response_helper_is_well_formed() -> None:
     """The scripted backends' responses carry their length (guards the helpers themselves)."""
     assert response(200, b"ab").endswith(b"Content-Length: 2\r\n\r\nab")
+
+
+def test_a_draining_gateway_refuses_new_requests_and_lets_in_flight_ones_finish(world) -> None:
+    """SIGUSR2 (the attempt is stopping): a request in flight at a replica still gets its 200; a
+    new one gets 503 `draining` with Retry-After and is never sent to a replica; the state file
+    says `draining`, then `drained` once nothing is in flight, and the stats count the refusal."""
+    import signal
+
+    backend = world.backend()
+    backend.behaviour = backend.hold()
+    gateway = world.gateway({"m": [replica(backend)]})
+    in_flight = world.client(gateway)
+    in_flight.send("/m/v1/completions")
+    wait_for(lambda: len(backend.requests) == 1)
+    gateway.proc.send_signal(signal.SIGUSR2)
+    wait_for(lambda: gateway.state()["state"] == "draining")
+    status, headers, body = world.client(gateway).request("/m/v1/completions")
+    assert (503, "30", "draining", "draining") == (status, headers.get("retry-after"),
+                                                   json.loads(body)["error"]["code"], gateway.state()["state"])
+    backend.release.set()
+    assert 200 == in_flight.receive()[0]
+    wait_for(lambda: gateway.state()["state"] == "drained")
+    assert (0, 1, 1) == (gateway.stop(), len(backend.requests), gateway.stats()["connections"]["refused_draining"])

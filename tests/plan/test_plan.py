@@ -306,3 +306,22 @@ def test_a_type_error_shows_the_unit_and_what_was_typed(where: tuple, value, exp
     with pytest.raises(PlanError) as caught:
         parse_plan(json.dumps(plan))
     assert expected == str(caught.value)
+
+
+@pytest.mark.parametrize(("lead", "drain", "grace", "warned"), [(60, 30, 20, False), (60, 30, 30, True),
+                                                                (0, 30, 30, False), (120, 0, 0, False)])
+def test_a_stop_that_does_not_fit_the_pre_timeout_lead_is_warned_of(lead: int, drain: float, grace: float,
+                                                                     warned: bool) -> None:
+    """drain_s + stop_grace_s + cleanup_grace_s (here 5) must be shorter than the pre-timeout
+    signal's lead; without a pre-timeout signal there is nothing to compare."""
+    from dd_slurm.plan.checks import stop_warnings
+
+    data = json.loads((PLANS / "single-node.json").read_text())
+    data["job"]["pre_timeout_signal_s"] = lead
+    data["runtime"]["cleanup_grace_s"] = 5
+    data["gateway"] = {"drain_s": drain}
+    data["client"]["stop_grace_s"] = grace
+    expected = [f"warning: job.pre_timeout_signal_s: {lead} s does not hold the stop: gateway.drain_s {drain:g} + "
+                f"client.stop_grace_s {grace:g} + runtime.cleanup_grace_s 5 = {drain + grace + 5:g} s; cleanup will "
+                "cut them short"] if warned else []
+    assert expected == stop_warnings(parse_plan(json.dumps(data)))
