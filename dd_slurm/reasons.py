@@ -31,6 +31,8 @@ REASONS: dict[str, frozenset[str]] = {
     "time_limit": frozenset({TIMED_OUT}),
     # status's verdict when the supervisor is gone: the outcome comes from the job's state
     "supervisor_lost": frozenset({FAILED, CANCELLED, TIMED_OUT}),
+    # ... and when the job ended before its supervisor ever ran (cancelled while pending)
+    "never_started": frozenset({FAILED, CANCELLED, TIMED_OUT}),
 }
 
 

@@ -170,8 +170,9 @@ def test_watch_stops_when_there_is_nothing_to_watch(dd_slurm_exe, tmp_path) -> N
 
 @pytest.mark.timeout(60)
 def test_watch_stops_and_warns_when_the_job_ended_without_the_attempt(dd_slurm_exe, fake_slurm, tmp_path) -> None:
-    """A job that ended while its attempt never reached done (a killed supervisor): watching
-    stops and says so instead of waiting forever."""
+    """A job that ended while its attempt never reached done (here the supervisor never ran: the
+    batch script's interpreter is /bin/false): watching stops and says so instead of waiting
+    forever, with the outcome from the job and reason never_started."""
     from tests.runtime.harness import plan_data
 
     data = plan_data("single-node")
@@ -182,7 +183,9 @@ def test_watch_stops_and_warns_when_the_job_ended_without_the_attempt(dd_slurm_e
     attempt = json.loads(run(dd_slurm_exe + ["submit", "--json", str(plan), "-w", str(tmp_path / "ws")],
                              env=env).stdout)["attempt_dir"]
     watched = run(dd_slurm_exe + ["status", "--watch", "--interval", "0.2", attempt], env=env)
-    assert "warning: the job is failed but the attempt stopped in staged" in watched.stdout
+    assert ("=> failed (never_started), exit 4", "warning: the job is failed and its supervisor never ran "
+            "(ended before it started?)") == (watched.stdout.splitlines()[0].split("  ")[-1],
+                                               watched.stdout.splitlines()[1])
 
 
 def test_malformed_scheduler_output_leaves_persisted_state_unchanged(dd_slurm_exe, fake_slurm, tmp_path) -> None:

@@ -68,6 +68,8 @@ def disagreement(attempt: dict[str, Any], obs: dict[str, Any] | None) -> str | N
     if not obs or not obs.get("terminal"):
         return None
     if attempt["state"] != "done":
+        if attempt["state"] == "staged":
+            return f"the job is {obs['state']} and its supervisor never ran (ended before it started?)"
         return f"the job is {obs['state']} but the attempt stopped in {attempt['state']} (supervisor killed?)"
     if (attempt["outcome"] == "succeeded") != (obs["state"] == "completed"):
         return f"the attempt {attempt['outcome']} but the job is {obs['state']}"
@@ -77,6 +79,8 @@ def disagreement(attempt: dict[str, Any], obs: dict[str, Any] | None) -> str | N
 def effective_line(effective: dict[str, Any] | None) -> str:
     if not effective:
         return "effective: not decided (the job lives, the attempt runs)"
+    if effective["from"] == "scheduler" and effective["reason"] == "never_started":
+        return f"effective: {effective['outcome']} ({effective['reason']}: the job ended before the attempt started)"
     if effective["from"] == "scheduler":
         return (f"effective: {effective['outcome']} ({effective['reason']}: the job ended but its supervisor never "
                 f"finished the attempt)")

@@ -96,13 +96,21 @@ def ask_scheduler(record: dict, commands: SlurmCommands, now: float) -> dict:
 
 def effective(attempt: dict[str, Any], obs: Optional[dict[str, Any]]) -> Optional[dict[str, str]]:
     """The attempt's own outcome once it is done; null while the job lives; once the scheduler
-    says the job ended (or is lost) without the attempt reaching done, the supervisor is gone:
-    failed / cancelled / timed_out from the scheduler's state, reason `supervisor_lost`."""
+    says the job ended (or is lost) without the attempt reaching done: failed / cancelled /
+    timed_out from the scheduler's state, reason `never_started` when no supervisor ever ran
+    (cancelled while pending), else `supervisor_lost` (the supervisor is gone)."""
     if attempt.get("state") == "done" and attempt.get("outcome"):
         return {"outcome": attempt["outcome"], "reason": attempt.get("reason") or "", "from": "attempt"}
     if not obs or not obs.get("terminal"):
         return None
-    return {"outcome": SCHEDULER_OUTCOME.get(obs["state"], "failed"), "reason": "supervisor_lost", "from": "scheduler"}
+    reason = "never_started" if never_started(Path(attempt["dir"]), attempt.get("state")) else "supervisor_lost"
+    return {"outcome": SCHEDULER_OUTCOME.get(obs["state"], "failed"), "reason": reason, "from": "scheduler"}
+
+
+def never_started(attempt_dir: Path, state: Optional[str]) -> bool:
+    """No supervisor ever ran for the attempt: it is `staged`, with no journal and no supervisor record."""
+    return state == "staged" and not (attempt_dir / files.JOURNAL).exists() and \
+        not (attempt_dir / files.SUPERVISOR).exists()
 
 
 def cancel(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:

@@ -24,8 +24,6 @@ from dd_slurm.store.attempt_record import read_record, update_record
 
 CACHE_NAME = ".list-cache.json"
 ROW_KEYS = ("id", "run", "shard", "state", "outcome", "reason", "job_id", "job_state", "effective", "since")
-_FROM_SCHEDULER = {"cancelled": "cancelled", "preempted": "cancelled", "timeout": "timed_out",
-                   "deadline": "timed_out"}
 
 
 class Entry(NamedTuple):
@@ -163,8 +161,10 @@ def effective(entry: Entry, obs: Optional[dict]) -> Optional[dict]:
     if entry.state == "done" and entry.outcome:
         return {"outcome": entry.outcome, "reason": entry.reason, "from": "attempt"}
     if obs and obs.get("terminal"):
-        return {"outcome": _FROM_SCHEDULER.get(obs["state"], "failed"), "reason": "supervisor_lost",
-                "from": "scheduler"}
+        from dd_slurm.control.status import SCHEDULER_OUTCOME, never_started
+
+        reason = "never_started" if never_started(entry.dir, entry.state) else "supervisor_lost"
+        return {"outcome": SCHEDULER_OUTCOME.get(obs["state"], "failed"), "reason": reason, "from": "scheduler"}
     return None
 
 

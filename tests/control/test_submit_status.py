@@ -65,13 +65,28 @@ EFFECTIVE = [
 
 
 @pytest.mark.parametrize(("state", "outcome", "reason", "sched", "expected"), EFFECTIVE)
-def test_effective_outcome(state, outcome, reason, sched, expected) -> None:
+def test_effective_outcome(state, outcome, reason, sched, expected, tmp_path) -> None:
     """The attempt's own outcome once done; null while the job lives; from the scheduler's
-    terminal state, reason supervisor_lost, once the job ended without the attempt ending."""
+    terminal state, reason supervisor_lost, once the job ended without the attempt ending (its
+    supervisor ran: it left a journal)."""
     from dd_slurm.scheduler.states import is_terminal
 
+    (tmp_path / "journal.jsonl").write_text("")
     obs = {"state": sched, "terminal": is_terminal(sched)} if sched else None
-    assert expected == attempt_status.effective({"state": state, "outcome": outcome, "reason": reason}, obs)
+    assert expected == attempt_status.effective({"dir": str(tmp_path), "state": state, "outcome": outcome,
+                                                 "reason": reason}, obs)
+
+
+@pytest.mark.parametrize(("left", "reason"), [((), "never_started"), (("supervisor.json",), "supervisor_lost"),
+                                              (("journal.jsonl",), "supervisor_lost")])
+def test_a_job_that_ended_before_its_supervisor_ran_never_started(tmp_path, left: tuple, reason: str) -> None:
+    """A staged attempt whose job was cancelled while pending (no journal, no supervisor record)
+    is cancelled `never_started`, not a lost supervisor; one whose supervisor left a trace is."""
+    for name in left:
+        (tmp_path / name).write_text("")
+    obs = {"state": "cancelled", "terminal": True}
+    assert {"outcome": "cancelled", "reason": reason, "from": "scheduler"} == attempt_status.effective(
+        {"dir": str(tmp_path), "state": "staged", "outcome": None, "reason": None}, obs)
 
 
 def test_a_dead_supervisor_shows_as_supervisor_lost(fake_slurm, fake_commands, clock, tmp_path) -> None:

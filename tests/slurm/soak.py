@@ -173,7 +173,8 @@ def effective(view: dict) -> Optional[dict]:
         return {"outcome": attempt["outcome"], "reason": attempt["reason"], "from": "attempt"}
     if scheduler and (scheduler["terminal"] or scheduler["state"] == "lost"):
         outcome = SCHEDULER_OUTCOME.get(scheduler["state"], "failed")
-        return {"outcome": outcome, "reason": "supervisor_lost", "from": "scheduler"}
+        started = (Path(attempt["dir"]) / "journal.jsonl").exists() or (Path(attempt["dir"]) / "supervisor.json").exists()
+        return {"outcome": outcome, "reason": "supervisor_lost" if started else "never_started", "from": "scheduler"}
     return None
 
 
@@ -201,8 +202,9 @@ def expected(trial: Trial) -> set[tuple[str, str]]:
     if trial.fired_at is None:
         return {("succeeded", "ok")}
     found = set(EXPECTED[trial.fault])
-    if trial.fault in ("scancel", "usr1_batch", "cancel_storm"):  # landed before the first instruction
-        found |= {("cancelled", "supervisor_lost"), ("failed", "supervisor_lost")}
+    if trial.fault in ("scancel", "usr1_batch", "cancel_storm"):  # landed before (or at) the first instruction
+        found |= {("cancelled", "supervisor_lost"), ("failed", "supervisor_lost"), ("cancelled", "never_started"),
+                  ("failed", "never_started")}
     if trial.fault == "usr1_batch" and trial.fired_at < _batch_started(trial.attempt_dir):
         found.add(("succeeded", "ok"))  # Slurm loses a batch signal sent before the batch step launched
     finished = moves.get("finalize", {}).get("ts")
