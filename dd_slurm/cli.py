@@ -155,6 +155,8 @@ def logs(attempt_dir: Optional[str], last: bool, workspace: Optional[str], name:
     from dd_slurm.control import logs as log_files
     from dd_slurm.store.view import attempt_dir as checked_dir
 
+    if last and attempt_dir is not None and name is not None:
+        raise click.UsageError(f"with --last, give only the log NAME ({name!r} is one argument too many)")
     if last and name is None:
         attempt_dir, name = None, attempt_dir
     directory = checked_dir(attempt_path(attempt_dir, last, workspace, runs=False))
@@ -309,9 +311,10 @@ def _follow(directory, clock, commands, interval: float, as_json: bool) -> int:
     try:
         code = follow(lambda: do_status(directory, commands, clock), clock, click.echo, record.get("submitted_at"),
                       interval, as_json)
-    except KeyboardInterrupt:  # the user stops watching, not the job
-        fail(f"stopped watching; job {record.get('job_id') or '(not submitted)'} keeps running "
-             f"(dd-slurm cancel {directory} cancels it)", 130)
+    except KeyboardInterrupt:  # the user stops watching, not the job: no error
+        click.echo(f"stopped watching; job {record.get('job_id') or '(not submitted)'} stays queued or running "
+                   f"(dd-slurm cancel {directory} cancels it)", err=True)
+        sys.exit(130)
     if code != 0 and not as_json:
         from dd_slurm.control.logs import failure_ending
 

@@ -21,7 +21,28 @@ def attempt_target(function: Callable[..., Any]) -> Callable[..., Any]:
     """ATTEMPT (a dir, or an attempt id or its unique start in the workspace), `--last`, `-w`."""
     function = workspace_option(function)
     function = click.option("--last", is_flag=True, help="The workspace's newest attempt (or run).")(function)
-    return click.argument("attempt_dir", metavar="ATTEMPT", required=False)(function)
+    return click.argument("attempt_dir", metavar="ATTEMPT", required=False, shell_complete=complete_attempt)(function)
+
+
+def complete_attempt(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list:
+    """Tab completion of ATTEMPT: the workspace's attempt and run ids that start with what was
+    typed; directories when none does (click's bash script empties the list at a `dir` item and
+    lets bash complete directory names only when nothing else matched, so it comes first)."""
+    from click.shell_completion import CompletionItem
+
+    from dd_slurm.control.addressing import candidates
+    from dd_slurm.control.settings import WORKSPACE_VARIABLE
+
+    items = [CompletionItem(incomplete, type="dir")]
+    if "/" not in incomplete:
+        try:
+            workspace = ctx.params.get("workspace") or os.environ.get(WORKSPACE_VARIABLE) or settings().workspace
+        except Exception:  # a broken config file: no ids to offer, paths still
+            workspace = None
+        if workspace:
+            items += [CompletionItem(p.name) for p in sorted(candidates(Path(workspace), True))
+                      if p.name.startswith(incomplete)]
+    return items
 
 
 def settings():

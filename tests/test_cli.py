@@ -235,17 +235,25 @@ def test_validate_warns_of_a_shell_variable_and_still_passes(dd_slurm_exe, tmp_p
                             len([line for line in result.stderr.splitlines() if line.startswith("warning: ")]))
 
 
-def test_the_readme_s_completion_one_liner_completes_commands_and_options(dd_slurm_exe, clean_env) -> None:
+def test_the_readme_s_completion_one_liner_completes_commands_and_options(dd_slurm_exe, clean_env, tmp_path) -> None:
     """`eval "$(_DD_SLURM_COMPLETE=bash_source dd-slurm)"` in bash registers a completion that,
-    asked for `dd-slurm sta` and `dd-slurm status --wa`, offers `stage status` and `--watch`."""
+    asked for `dd-slurm sta` and `dd-slurm status --wa`, offers `stage status` and `--watch`; for
+    an attempt, the workspace's ids that start with what was typed, and directories."""
     from pathlib import Path
 
-    env = {**clean_env, "PATH": f"{Path(dd_slurm_exe[0]).parent}:{clean_env['PATH']}"}
+    (tmp_path / "ws" / "attempts" / "first-20261206T120000-aaaaaa").mkdir(parents=True)
+    (tmp_path / "ws" / "runs" / "first-20261206T130000-bbbbbb").mkdir(parents=True)
+    env = {**clean_env, "PATH": f"{Path(dd_slurm_exe[0]).parent}:{clean_env['PATH']}",
+           "DD_SLURM_WORKSPACE": str(tmp_path / "ws")}
     script = ('eval "$(_DD_SLURM_COMPLETE=bash_source dd-slurm)"\n'
-              'for line in "dd-slurm sta" "dd-slurm status --wa"; do\n'
+              'for line in "dd-slurm sta" "dd-slurm status --wa" "dd-slurm logs fir" "dd-slurm status ws/ru"; do\n'
               '  COMP_WORDS=($line); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=()\n'
               '  _dd_slurm_completion dd-slurm; echo "${COMPREPLY[*]}"\n'
               'done\n')
     assert "_DD_SLURM_COMPLETE=bash_source dd-slurm" in (ROOT / "README.md").read_text()
-    result = run(["bash", "--norc", "-c", script], env=env)
-    assert (0, ["stage status", "--watch"]) == (result.returncode, result.stdout.splitlines()), result.stderr
+    result = run(["bash", "--norc", "-c", script], env=env, cwd=tmp_path)
+    assert (0, ["stage status", "--watch", "first-20261206T120000-aaaaaa first-20261206T130000-bbbbbb", ""]) == (
+        result.returncode, result.stdout.splitlines()), result.stderr
+    path = run(dd_slurm_exe, env={**env, "COMP_WORDS": "dd-slurm status ws/ru", "COMP_CWORD": "2",
+                                  "_DD_SLURM_COMPLETE": "bash_complete"}, cwd=tmp_path)
+    assert "dir,ws/ru" == path.stdout.strip()  # bash then completes directory names itself (compopt -o dirnames)

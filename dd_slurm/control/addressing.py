@@ -30,8 +30,12 @@ def resolve(target: Optional[str], last: bool, workspace: Optional[str], runs: b
 
 def _workspace(workspace: Optional[str], what: str) -> Path:
     if workspace is None:
-        raise InvalidInput(f"{what} needs a workspace: pass -w DIR, set DD_SLURM_WORKSPACE, or set workspace "
-                           "in ~/.config/dd-slurm/config.toml")
+        import os
+
+        from dd_slurm.control.settings import config_path
+
+        where = config_path(os.environ) or "~/.config/dd-slurm/config.toml"
+        raise InvalidInput(f"{what} needs a workspace: pass -w DIR, set DD_SLURM_WORKSPACE, or set workspace in {where}")
     return Path(workspace)
 
 
@@ -51,7 +55,11 @@ def by_id(workspace: Path, name: str, runs: bool) -> Path:
     exact = [p for p in found if p.name == name]
     if exact:
         return exact[0]
+    if not runs and (workspace / "runs" / name).is_dir():
+        raise InvalidInput(f"{name}: a run of shards, not one attempt (status and cancel take it; otherwise name a "
+                           "shard: dd-slurm list)")
     matching = sorted(p for p in found if p.name.startswith(name))
+    matching.sort(key=lambda p: p.parent.name != "runs")  # a run first: it is what a prefix of its shards means
     if len(matching) == 1:
         return matching[0]
     if not matching:

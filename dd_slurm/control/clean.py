@@ -118,10 +118,15 @@ def clean(workspace: Path, commands: Any, now: float, older_than_s: float, dry_r
     return out
 
 
+def counted(number: int, word: str) -> str:
+    return f"{number} {word}{'' if number == 1 else 's'}"
+
+
 def clean_text(out: dict[str, Any]) -> str:
     verb = "would remove" if out["dry_run"] else "removed"
     lines = [f"{verb} attempt {a}" for a in out["attempts"]] + [f"{verb} run {Path(r).name}" for r in out["runs"]]
     lines += [f"{verb} bundle {Path(b).name}" for b in out["bundles"]]
-    lines.append(f"{verb} {len(out['attempts'])} attempts, {len(out['runs'])} runs, {len(out['bundles'])} bundles; "
-                 f"kept {out['kept']} attempts ({len(out['live'])} not finished)")
+    lines.append(f"{verb} {counted(len(out['attempts']), 'attempt')}, {counted(len(out['runs']), 'run')}, "
+                 f"{counted(len(out['bundles']), 'bundle')}; kept {counted(out['kept'], 'attempt')} "
+                 f"({len(out['live'])} not finished)")
     return "\n".join(lines + ([f"note: {out['note']}"] if out["note"] else []))

@@ -105,16 +105,36 @@ def read_mounts() -> list[tuple[str, str]]:
         return []
 
 
-def cluster_report(plan: Plan, commands: Any, clock: Any, workspace: Optional[str]) -> dict[str, list[str]]:
-    """{"errors": ..., "warnings": ...}: the fit against sinfo, then `sbatch --test-only` of the
-    script `submit` would render (in a private temporary dir) when the fit holds, then the
-    programs' and the workspace's paths."""
+def fit_refusal(plan: Plan, commands: Any) -> Optional[str]:
+    """For `submit`: one line when the partition's nodes can never hold the job (sbatch would
+    queue it forever, pending `PartitionConfig`); None when it fits or sinfo cannot say."""
+    from dd_slurm.errors import SchedulerError
+
+    try:
+        rows = commands.nodes()
+    except SchedulerError:
+        return None  # no sinfo here: sbatch stays the judge
+    errors = fit_errors(plan, rows)
+    return "; ".join(errors) + "; nothing was submitted (dd-slurm validate --cluster checks this)" if errors else None
+
+
+def cluster_report(plan: Plan, commands: Any, clock: Any, workspace: Optional[str],
+                   environ: Optional[dict] = None) -> dict[str, list[str]]:
+    """{"errors": ..., "warnings": ...}: the forwarded variables present here, the fit against
+    sinfo, then `sbatch --test-only` of the script `submit` would render (in a private temporary
+    dir) when the fit holds, then the programs' and the workspace's paths."""
     import tempfile
 
     from dd_slurm.control.preview import preview_script
-    from dd_slurm.errors import SchedulerError
+    from dd_slurm.errors import InvalidInput, SchedulerError
+    from dd_slurm.scheduler.render import forwarded_values
 
-    errors = fit_errors(plan, commands.nodes())
+    errors = []
+    try:
+        forwarded_values(plan, environ if environ is not None else os.environ)
+    except InvalidInput as err:
+        errors.append(str(err))
+    errors += fit_errors(plan, commands.nodes())
     if not errors:
         with tempfile.TemporaryDirectory(prefix="dd-slurm-validate-") as scratch:
             script = Path(scratch) / "job.sbatch"

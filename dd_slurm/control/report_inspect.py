@@ -41,7 +41,17 @@ def failure_and_log(view: dict[str, Any]) -> Optional[tuple[str, str]]:
         return None
     detail = str(entry.get("detail") or "")
     log = log_to_open(str(entry.get("reason") or ""), detail, view.get("readiness"))
-    return f"failure: {entry.get('reason')} in {entry.get('from')}" + (f": {detail}" if detail else ""), log
+    line = f"failure: {entry.get('reason')} in {entry.get('from')}" + (f": {detail}" if detail else "")
+    return line + cancelled_by_user(entry, view.get("record") or {}), log
+
+
+def cancel_requested(record: dict[str, Any]) -> bool:
+    return bool(record.get("cancel_requests")) if isinstance(record, dict) else False
+
+
+def cancelled_by_user(entry: dict[str, Any], record: dict[str, Any]) -> str:
+    """` (requested with dd-slurm cancel)` for a SIGTERM that followed a recorded cancel request."""
+    return " (requested with dd-slurm cancel)" if entry.get("reason") == "sigterm" and cancel_requested(record) else ""
 
 
 def failure_lines(view: dict[str, Any]) -> list[str]:

@@ -22,6 +22,11 @@ def submit(plan: Plan, workspace: str, commands: SlurmCommands, clock: Clock,
     from dd_slurm.scheduler.render import forwarded_values
 
     forward = forwarded_values(plan, environ)
+    from dd_slurm.control.cluster_checks import fit_refusal
+
+    refusal = fit_refusal(plan, commands)
+    if refusal:
+        raise InvalidInput(refusal)
     if plan.job.array is not None:
         from dd_slurm.control.shards import submit_run
 

@@ -58,3 +58,12 @@ def test_a_path_is_taken_as_it_is_and_last_needs_a_workspace(tmp_path) -> None:
     assert "./gen" == resolve("./gen", False, str(tmp_path), False)
     with pytest.raises(InvalidInput, match="--last needs a workspace: pass -w DIR, set DD_SLURM_WORKSPACE"):
         resolve(None, True, None, False)
+
+
+def test_a_run_named_where_one_attempt_is_wanted_says_so(workspace: Path) -> None:
+    """`inspect`/`logs` of a run's id: the run is not one attempt (its shards are), said plainly;
+    an ambiguous prefix lists the run first."""
+    with pytest.raises(InvalidInput, match="big-20261202T100000-dddddd: a run of shards, not one attempt"):
+        resolve("big-20261202T100000-dddddd", False, str(workspace), False)
+    with pytest.raises(InvalidInput, match=r"big: names 3 attempts in .*: big-20261202T100000-dddddd, "):
+        resolve("big", False, str(workspace), True)

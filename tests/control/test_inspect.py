@@ -132,3 +132,15 @@ def test_cleanup_notes_and_leftovers_stand_next_to_the_verdict() -> None:
     assert ["cleanup: attention (runs: 2, 3.2s)", "  note: grace cut to 1.0s by the cleanup budget",
             "  leftovers: 1 killed, 1 still there after the scan", "  deploy-big-0: terminated",
             "  problem: pid 9 survived SIGKILL"] == cleanup_lines(report)
+
+
+def test_a_cancel_the_user_requested_is_named_in_the_failure() -> None:
+    """A SIGTERM after `dd-slurm cancel` recorded its request: the failure line says so."""
+    from dd_slurm.control.report_inspect import failure_and_log
+
+    history = [{"kind": "transition", "from": "client", "to": "cleanup", "outcome": "cancelled", "reason": "sigterm",
+                "detail": "received SIGTERM"}]
+    asked = failure_and_log({"history": history, "record": {"cancel_requests": [{"time": 1.0}]}})
+    unasked = failure_and_log({"history": history, "record": {"cancel_requests": []}})
+    assert ("failure: sigterm in client: received SIGTERM (requested with dd-slurm cancel)",
+            "failure: sigterm in client: received SIGTERM") == (asked[0], unasked[0])

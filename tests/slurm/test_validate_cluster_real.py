@@ -57,3 +57,29 @@ def test_what_only_slurm_knows_comes_from_sbatch_test_only(cluster, tmp_path) ->
     refused = validate(cluster, tmp_path, constraint="nosuchfeature")
     assert (2, ["error: job: sbatch --test-only refuses it: sbatch exited 1: allocation failure: "
                 "Invalid feature specification"]) == (refused.returncode, refused.stderr.splitlines())
+
+
+@pytest.mark.timeout(120)
+def test_submit_refuses_a_job_the_partition_can_never_hold(cluster, tmp_path) -> None:
+    """16 CPUs per node where nodes have 2: sbatch would queue the job forever (PartitionConfig);
+    `submit` refuses it (exit 2) with validate --cluster's line, submits nothing, stages nothing."""
+    data = json.loads((PLANS / "single-node.json").read_text())
+    data["job"]["cpus_per_task"] = 16
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    done = subprocess.run(EXE + ["submit", str(tmp_path / "plan.json"), "-w", str(tmp_path / "ws")],
+                          capture_output=True, text=True, timeout=60, env=cluster.env())
+    assert (2, "error: job.cpus_per_task: 16 per node, but partition debug's nodes have at most 2 CPUs (sinfo); "
+               "nothing was submitted (dd-slurm validate --cluster checks this)\n", []) == (
+        done.returncode, done.stderr, list((tmp_path / "ws" / "attempts").glob("*")))
+
+
+@pytest.mark.timeout(120)
+def test_validate_cluster_names_forwarded_variables_not_set_here(cluster, tmp_path) -> None:
+    """A plan forwarding HF_TOKEN, checked from a shell without it: the error submit would give."""
+    data = json.loads((PLANS / "single-node.json").read_text())
+    data["deployments"][0]["env"]["forward"] = ["HF_TOKEN"]
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    done = subprocess.run(EXE + ["validate", "--cluster", str(tmp_path / "plan.json")], capture_output=True, text=True,
+                          timeout=60, env={k: v for k, v in cluster.env().items() if k != "HF_TOKEN"})
+    assert (2, ["error: not set in this environment, so they cannot be forwarded: HF_TOKEN "
+                "(deployments[0].env.forward)"]) == (done.returncode, done.stderr.splitlines())
