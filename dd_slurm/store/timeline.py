@@ -156,8 +156,8 @@ def gpu_line(tl: Timeline) -> str:
         return "GPU time before the client: unknown (no job start recorded)"
     when = "before the client started" if tl.client_started else "without a client ever starting"
     hours = tl.gpu_seconds_before_client / 3600
-    return (f"GPU time {when}: {tl.gpus} GPU{"" if tl.gpus == 1 else "s"} x {duration(tl.gpu_seconds_before_client / tl.gpus if tl.gpus else 0)}"
-            f" = {hours:.3f} GPU-hours")
+    each = duration(tl.gpu_seconds_before_client / tl.gpus if tl.gpus else 0)
+    return f"GPU time {when}: {tl.gpus} {'GPU' if tl.gpus == 1 else 'GPUs'} x {each} = {hours:.3f} GPU-hours"
 
 
 def _total(tl: Timeline) -> Optional[float]:
