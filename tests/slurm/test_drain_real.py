@@ -48,3 +48,26 @@ def test_the_pre_timeout_signal_drains_and_keeps_the_records_written(tmp_path, c
     status = json.loads(subprocess.run(EXE + ["status", "--json", str(attempt_dir)], capture_output=True, text=True,
                                        timeout=60, env=cluster.env()).stdout)
     assert {"path": "records.jsonl", "records": manifest["records"], "partial": True} == status["result"]
+
+
+@pytest.mark.timeout(360)
+def test_at_the_real_time_limit_the_drain_fits_before_slurm_ends_the_job(tmp_path, cluster) -> None:
+    """time_limit 3 min, pre_timeout_signal_s 60 (Slurm sends USR1 up to a minute early): the
+    client runs until signalled; the attempt ends timed_out (pre_timeout_signal) with the partial
+    result counting the file's complete lines, a clean cleanup, and the job itself ends before
+    Slurm's limit (its state is not `timeout`)."""
+    data = plan_data("single-node")
+    data["job"].update(time_limit="00:03:00", pre_timeout_signal_s=60)
+    data["client"]["argv"] += ["--until-signalled"]
+    data["client"].update(stop_grace_s=10, timeout_s=None)
+    data["gateway"] = {"drain_s": 10}
+    attempt_dir, job_id = submit(tmp_path, data, "time-limit-drain")
+    wait_state(attempt_dir, ("done",), 300)
+    wait_job_gone(job_id)
+    records = attempt_dir / "results" / "records.jsonl"
+    manifest, cleanup = read(attempt_dir, "result-manifest.json"), read(attempt_dir, "cleanup.json")
+    status = json.loads(subprocess.run(EXE + ["status", "--json", str(attempt_dir)], capture_output=True, text=True,
+                                       timeout=60, env=cluster.env()).stdout)
+    assert (("timed_out", "pre_timeout_signal"), True, complete_lines(records), "clean") == (
+        outcome(attempt_dir), manifest["partial"], manifest["records"], cleanup["verdict"])
+    assert status["scheduler"]["state"] != "timeout" and manifest["records"] > 0, status["scheduler"]
