@@ -39,7 +39,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
         return Settings()
     import tomllib
 
-    from dd_slurm.plan.converter import did_you_mean
+    from dd_slurm.plan.strict import did_you_mean
 
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -10,8 +10,8 @@ from typing import Any, Optional, TypeVar
 from cattrs.gen import make_dict_structure_fn, override
 
 from dd_slurm.errors import AttemptDirError
-from dd_slurm.plan.converter import CONVERTER, _Nested, first_error
 from dd_slurm.plan.fields import FieldError
+from dd_slurm.plan.strict import CONVERTER, _Nested, first_error
 
 __all__ = ("CONVERTER", "RecordInvalid", "choice", "first_error", "free_text", "json_object", "mapping_of",
            "read_record_file", "register_record", "structure_checked", "structure_record")
