@@ -250,6 +250,8 @@ class RuntimeActions:
             waits.check_gateway_alive(self.session, SETTLE_S)  # a stalled replica ends the gateway, then the client's requests
             raise waits.unless_signalled(self.session,
                 AttemptFailure("client_failed", f"client exited {code}; see {files.log_ref('client')}"))
+        self.check_alive()  # what ended in the same instant as the client (a stall found 20 ms before) decides too
+        gateway_step.check_not_stalled(self.session.dir)
         return True
 
     # finalize -> cleanup

@@ -83,6 +83,17 @@ def exit_failure(attempt_dir: Path, code: int) -> AttemptFailure:
     return AttemptFailure("gateway_failed", f"the gateway exited {code}; see logs/{GATEWAY_STEP}.log")
 
 
+def check_not_stalled(attempt_dir: Path) -> None:
+    """The gateway's state file says `stalled` (it found a stalled replica and is ending, its exit
+    not yet seen): that is the attempt's failure, however the client ended."""
+    try:
+        state = json.loads((attempt_dir / files.GATEWAY_STATE).read_text()).get("state")
+    except (OSError, ValueError, AttributeError):
+        return
+    if state == "stalled":
+        raise AttemptFailure("server_stalled", _stalled_detail(attempt_dir))
+
+
 def _stalled_detail(attempt_dir: Path) -> str:
     try:
         stalled = json.loads((attempt_dir / files.GATEWAY_STATE).read_text()).get("stalled") or []

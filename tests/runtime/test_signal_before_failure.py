@@ -96,3 +96,38 @@ def test_a_failure_with_no_signal_is_the_failure_after_the_grace(tmp_path, site)
     with pytest.raises(AttemptFailure) as failure:
         SITES[site][0](actions)
     assert (SITES[site][1], True) == (failure.value.reason, actions.session.clock.slept >= SIGNAL_GRACE_S)
+
+
+class ClientDoneGatewayStalled:
+    """The client exited 0 in the same poll round in which the gateway exited 75 (a stalled replica)."""
+
+    procs = {"client": object(), gateway_step.GATEWAY_STEP: object()}
+
+    def poll(self, name: str) -> int:
+        return 0 if name == "client" else gateway_step.STALLED_EXIT
+
+    def wait(self, name: str, deadline: float) -> int:
+        return self.poll(name)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["exited", "state-file"])
+def test_a_stall_in_the_instant_the_client_succeeds_is_the_outcome(tmp_path, how: str) -> None:
+    """The client exits 0 just after the gateway found a stalled replica: whether its exit (75)
+    or only its state file (`stalled`) has been seen, the attempt fails server_stalled, naming
+    the replica; it does not succeed."""
+    import json
+
+    gate = SignalGate(time_limit=lambda: False)
+    table = ClientDoneGatewayStalled()
+    if how == "state-file":
+        table.procs = {"client": object()}  # the gateway's exit not seen yet: only what it wrote
+    (tmp_path / "gateway-state.json").write_text(json.dumps({"state": "stalled", "stalled": [
+        {"name": "big-0", "base_url": "http://n1:1/v1", "silent_s": 301.0, "inflight": 2}]}))
+    session = SimpleNamespace(gate=gate, clock=SignalAfter(gate, None), table=table, dir=tmp_path)
+    actions = RuntimeActions(session)  # type: ignore[arg-type]
+    actions.client_deadline = None
+    with pytest.raises(AttemptFailure) as failure:
+        actions.client_succeeded()
+    assert ("failed", "server_stalled", "replica big-0 (http://n1:1/v1) sent no response byte for 301s with 2 "
+            "request(s) in flight") == (failure.value.outcome, failure.value.reason, failure.value.detail)
