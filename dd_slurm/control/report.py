@@ -94,6 +94,10 @@ def status_text(view: dict[str, Any]) -> str:
     else:
         lines.append(scheduler_line(view.get("scheduler")))
     lines.append(effective_line(view.get("effective")))
+    if view.get("progress"):
+        from dd_slurm.control.progress import progress_line
+
+        lines.append(f"progress: {progress_line(view['progress']) or 'nothing counted yet'}")
     result = view.get("result")
     if result:
         lines.append(f"result: {result['path']}, {result['records']} records"

@@ -25,7 +25,7 @@ def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str
     """The attempt from disk, a scheduler observation (none needed once accounting's terminal
     record is persisted), readiness, and the effective outcome. A scheduler that cannot answer
     leaves `scheduler` null and says why in `scheduler_error` (the CLI then exits 3)."""
-    return _status_view(attempt_dir, lambda record: observe_attempt(attempt_dir, record, commands, clock))
+    return _status_view(attempt_dir, lambda record: observe_attempt(attempt_dir, record, commands, clock), clock.wall)
 
 
 def settled_status(attempt_dir: Path) -> Optional[dict[str, Any]]:
@@ -36,7 +36,8 @@ def settled_status(attempt_dir: Path) -> Optional[dict[str, Any]]:
     return _status_view(attempt_dir, settled)
 
 
-def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]]) -> dict[str, Any]:
+def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]],
+                 now: Optional[Callable[[], float]] = None) -> dict[str, Any]:
     summary = attempt_summary(attempt_dir)
     record = read_record(attempt_dir)
     readiness = read_readiness(attempt_dir / files.READINESS)
@@ -50,6 +51,10 @@ def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]]) -
     view["effective"] = effective(summary, view["scheduler"])
     if summary["state"] == "done":
         view["result"] = result_summary(attempt_dir)
+    elif summary["state"] == "client" and now is not None:
+        from dd_slurm.control.progress import progress
+
+        view["progress"] = progress(attempt_dir, now())
     return view
 
 

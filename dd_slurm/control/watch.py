@@ -70,7 +70,18 @@ def progress(view: dict[str, Any], now: float) -> tuple[str, str]:
         end = f"=> {outcome} ({reason}), exit {exit_code(view)}"
         stable.append(end)
         full.append(end)
-    return "  ".join(stable), "  ".join(full)
+    return "  ".join(stable), "  ".join(full) + progress_below(view)
+
+
+def progress_below(view: dict[str, Any]) -> str:
+    """The client's progress on a line of its own under the state line (it moves every round: it
+    is shown when a line is printed, never a reason to print one)."""
+    if not view.get("progress"):
+        return ""
+    from dd_slurm.control.progress import progress_line
+
+    shown = progress_line(view["progress"])
+    return f"\n{' ' * 11}{shown}" if shown else ""
 
 
 def finished(view: dict[str, Any]) -> bool:

@@ -4,8 +4,10 @@ What the supervisor watches:
 - `state_path` (JSON, atomic): written once listening, with the bound port and one URL per alias
   (`state: "serving"`); rewritten on exit with `state: "stopped"` or `"stalled"` (then `stalled`
   names the replicas that had requests in flight and sent no byte for stall_timeout_s).
-- `stats_path` (JSON, atomic): the accounting, written on SIGTERM/SIGINT, on SIGUSR1, on a stall;
+- `stats_path` (JSON, atomic): the accounting, written every STATS_EVERY_S while serving (with
+  `window`: the last minute's requests and 2xx), on SIGTERM/SIGINT, on SIGUSR1, on a stall;
   `GET /_gateway/stats` answers the same document live.
+- SIGUSR2: drain (new requests 503, in-flight ones finish; state `draining`, then `drained`).
 - exit code: 0 after SIGTERM/SIGINT; EXIT_STALLED after a stall; EXIT_CONFIG for a bad config or
   a missing API key variable; EXIT_LISTEN when the address cannot be bound.
 """
@@ -17,6 +19,7 @@ import gc
 import os
 import signal
 import sys
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -33,6 +36,8 @@ EXIT_CONFIG = 2
 EXIT_LISTEN = 3
 EXIT_STALLED = 75
 STATE_SCHEMA = 1
+STATS_EVERY_S = 5.0
+WINDOW_S = 60.0
 
 
 def log(message: str) -> None:
@@ -51,6 +56,7 @@ class Service:
         self.state: dict = {}
         self.stalled: list[dict] = []
         self.proxy: Proxy | None = None
+        self.window: dict | None = None
         self.draining: asyncio.Future | None = None
 
     def stats(self, addresses: bool = True) -> dict:
@@ -58,7 +64,28 @@ class Service:
         document = report(self.pools.values(), self.clock.wall(), self.started_at, addresses)
         if self.proxy is not None:
             document["connections"] = {"open": len(self.proxy.connections), **self.proxy.counts}
+        if self.window is not None:
+            document["window"] = self.window
         return document
+
+    def totals(self) -> tuple[int, int]:
+        """(requests, 2xx answers) over every alias, so far."""
+        return (sum(p.stats.requests for p in self.pools.values()),
+                sum(p.stats.responses.get("2xx", 0) for p in self.pools.values()))
+
+    async def stats_every(self, stop: asyncio.Event) -> None:
+        """gateway-stats.json rewritten every STATS_EVERY_S while serving (fresh processes on the
+        login node read it), with the counts of the last minute (`window`)."""
+        samples: deque[tuple[float, int, int]] = deque([(self.clock.monotonic(), *self.totals())])
+        while not stop.is_set():
+            await asyncio.sleep(STATS_EVERY_S)
+            now, (requests, ok) = self.clock.monotonic(), self.totals()
+            samples.append((now, requests, ok))
+            while len(samples) > 2 and now - samples[1][0] >= WINDOW_S:
+                samples.popleft()
+            then, requests_then, ok_then = samples[0]
+            self.window = {"seconds": round(now - then, 3), "requests": requests - requests_then, "ok": ok - ok_then}
+            self.write_stats()
 
     def write_stats(self) -> None:
         try:
@@ -106,9 +133,11 @@ class Service:
         stall = self.config.stall_timeout_s
         watchdog = asyncio.ensure_future(self.watch(stop, stall)) if stall else None
         sweeper = asyncio.ensure_future(proxy.sweeping())
+        writer = asyncio.ensure_future(self.stats_every(stop))
         await stop.wait()
         server.close()
         sweeper.cancel()
+        writer.cancel()
         if watchdog:
             watchdog.cancel()
         for pool in self.pools.values():

@@ -73,16 +73,26 @@ class Connections:
 
 
 @attrs.frozen(kw_only=True)
+class Window:
+    """What the gateway answered over its last `seconds` (up to a minute): all requests, and 2xx."""
+
+    seconds: float
+    requests: int
+    ok: int
+
+
+@attrs.frozen(kw_only=True)
 class GatewayStats:
     schema: int
     started_at: float
     written_at: float
     aliases: Mapping[str, AliasStats]
     connections: Optional[Connections] = None  # absent before the listener is up
+    window: Optional[Window] = None  # absent until the gateway has served for one stats period
 
 
 _COUNTS = mapping_of(int)
-for _kind in (LatencySummary, Rejected, Connections):
+for _kind in (LatencySummary, Rejected, Connections, Window):
     register_record(_kind)
 register_record(ReplicaStats, responses=_COUNTS, errors=_COUNTS)
 register_record(AliasStats, responses=_COUNTS, errors=_COUNTS)
@@ -90,7 +100,7 @@ register_record(GatewayStats, schema=choice(SCHEMA), aliases=mapping_of(AliasSta
 CONVERTER.register_unstructure_hook(ReplicaStats, make_dict_unstructure_fn(
     ReplicaStats, CONVERTER, base_url=override(omit_if_default=True)))
 CONVERTER.register_unstructure_hook(GatewayStats, make_dict_unstructure_fn(
-    GatewayStats, CONVERTER, connections=override(omit_if_default=True)))
+    GatewayStats, CONVERTER, connections=override(omit_if_default=True), window=override(omit_if_default=True)))
 
 
 def stats_json(stats: GatewayStats) -> dict[str, Any]:

@@ -365,3 +365,17 @@ def test_a_draining_gateway_refuses_new_requests_and_lets_in_flight_ones_finish(
     assert 200 == in_flight.receive()[0]
     wait_for(lambda: gateway.state()["state"] == "drained")
     assert (0, 1, 1) == (gateway.stop(), len(backend.requests), gateway.stats()["connections"]["refused_draining"])
+
+
+def test_stats_are_written_every_few_seconds_while_serving_with_the_last_minute(world) -> None:
+    """Without any signal, gateway-stats.json appears within the stats period while the gateway
+    serves, and its `window` counts the requests (and 2xx) of the last minute."""
+    from dd_slurm.gateway.service import STATS_EVERY_S
+
+    gateway = world.gateway({"m": [replica(world.backend())]})
+    client = world.client(gateway)
+    assert [200, 200] == [client.request("/m/v1/completions")[0] for _ in range(2)]
+    wait_for(lambda: gateway.stats_path.exists(), STATS_EVERY_S + 5)
+    window = gateway.stats()["window"]
+    assert (2, 2, True) == (window["requests"], window["ok"], 0 < window["seconds"] <= STATS_EVERY_S + 1)
+    assert gateway.proc.poll() is None

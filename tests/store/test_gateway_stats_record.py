@@ -29,7 +29,8 @@ document = st.fixed_dictionaries(
     {"schema": st.just(1), "started_at": st.floats(0, 2e9), "written_at": st.floats(0, 2e9),
      "aliases": st.dictionaries(st.text("xyz-", min_size=1, max_size=8), alias, max_size=3)},
     optional={"connections": st.fixed_dictionaries({k: counts for k in ("open", "refused_at_limit", "header_timeout",
-                                                                        "idle_timeout", "refused_draining")})})
+                                                                        "idle_timeout", "refused_draining")}),
+              "window": st.fixed_dictionaries({"seconds": st.floats(0, 120), "requests": counts, "ok": counts})})
 
 
 @settings(max_examples=40, deadline=None)

@@ -1,0 +1,84 @@
+"""`status`'s `progress` while the client runs: the gateway's live stats (gateway-stats.json,
+rewritten every few seconds) and the records in the result file so far. Read from disk only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from dd_slurm.store import attempt_files as files
+
+BLOCK = 1 << 20
+
+
+def complete_lines(path: Path) -> Optional[int]:
+    """Newline-terminated lines of a JSON lines file as it is being written (None: no file yet)."""
+    try:
+        with open(path, "rb") as handle:
+            return sum(block.count(b"\n") for block in iter(lambda: handle.read(BLOCK), b""))
+    except OSError:
+        return None
+
+
+def client_started(attempt_dir: Path) -> Optional[float]:
+    from dd_slurm.store.view import checked_journal
+
+    moves = [e for e in checked_journal(attempt_dir / files.JOURNAL) if e.get("kind") == "transition"]
+    started = [e.get("ts") for e in moves if e.get("to") == "client"]
+    return started[-1] if started and isinstance(started[-1], (int, float)) else None
+
+
+def gateway_counts(attempt_dir: Path) -> dict[str, Any]:
+    """Totals over every alias from the gateway's stats file, and the last minute's request rate."""
+    from dd_slurm.store.gateway_stats import read_stats
+
+    stats = read_stats(attempt_dir / files.GATEWAY_STATS)
+    if stats is None:
+        return {"requests": None, "ok": None, "rejected_429": None, "errors": None, "req_per_s": None,
+                "replicas_serving": None}
+    aliases = list(stats.aliases.values())
+    window = stats.window
+    return {"requests": sum(a.requests for a in aliases),
+            "ok": sum(a.responses.get("2xx", 0) for a in aliases),
+            "rejected_429": sum(a.rejected_429.queue_full + a.rejected_429.queue_timeout for a in aliases),
+            "errors": sum(a.responses.get("5xx", 0) for a in aliases),
+            "req_per_s": round(window.requests / window.seconds, 3) if window and window.seconds > 0 else None,
+            "replicas_serving": sum(len(a.replicas) for a in aliases)}
+
+
+def progress(attempt_dir: Path, now: float) -> dict[str, Any]:
+    """requests, ok, rejected_429, errors, req_per_s (the last minute), replicas_serving, records
+    (complete JSON lines so far), records_target (min_records when > 0), eta_s (from the records'
+    rate since the client started). Tokens are not counted yet (null)."""
+    from dd_slurm.plan.fields import expand
+    from dd_slurm.plan.io import load_plan
+    from dd_slurm.store.attempt_record import read_record
+
+    result = load_plan(attempt_dir / files.PLAN).client.result
+    shard = read_record(attempt_dir).get("shard") or {}
+    name = expand(result.path, {"shard_index": str(shard.get("index", 0)), "num_shards": str(shard.get("count", 1))})
+    records = complete_lines(attempt_dir / files.RESULTS_DIR / name) if result.format == "jsonl" else None
+    target = result.min_records or None
+    started = client_started(attempt_dir)
+    eta = None
+    if records and target and records < target and started is not None and now > started:
+        eta = round((target - records) / (records / (now - started)), 1)
+    return {**gateway_counts(attempt_dir), "tokens_out": None, "tokens_per_s": None, "records": records,
+            "records_target": target, "eta_s": eta}
+
+
+def progress_line(found: dict[str, Any]) -> str:
+    """`1,240/10,000 records  31 req/s  429s 2%  ETA 0:47:10`: what is known of it."""
+    from dd_slurm.control.watch import hms
+
+    parts = []
+    if found.get("records") is not None:
+        target = found.get("records_target")
+        parts.append(f"{found['records']:,}" + (f"/{target:,}" if target else "") + " records")
+    if found.get("req_per_s") is not None:
+        parts.append(f"{found['req_per_s']:.0f} req/s")
+    if found.get("requests") and found.get("rejected_429"):
+        parts.append(f"429s {100 * found['rejected_429'] / found['requests']:.0f}%")
+    if found.get("eta_s") is not None:
+        parts.append(f"ETA {hms(found['eta_s'])}")
+    return "  ".join(parts)

@@ -1,0 +1,69 @@
+"""`status`'s progress while the client runs: the gateway's live counts and the records so far."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dd_slurm.control.progress import progress, progress_line
+from tests.control.test_submit_status import journal_to, staged
+
+
+def stats(requests: int, ok: int, full: int, window: dict | None) -> dict:
+    alias = {"requests": requests, "responses": {"2xx": ok, "5xx": requests - ok - full, "4xx": full}, "errors": {},
+             "peak_queue": 0, "latency": {"count": ok, "p50_ms": 1.0, "p99_ms": 2.0},
+             "rejected_429": {"queue_full": full, "queue_timeout": 0},
+             "replicas": [{"deployment": "d", "replica": k, "max_inflight": 4, "inflight": 0, "requests": 0,
+                           "responses": {}, "errors": {}, "peak_inflight": 0,
+                           "latency": {"count": 0, "p50_ms": None, "p99_ms": None}} for k in range(2)]}
+    return {"schema": 1, "started_at": 0.0, "written_at": 1.0, "aliases": {"m": alias},
+            **({"window": window} if window else {})}
+
+
+def test_progress_counts_the_gateway_and_the_complete_records(tmp_path) -> None:
+    """Requests, 2xx, 429s and 5xx summed over aliases; the last minute's rate; complete JSON
+    lines of the result (a line being written is not yet a record); no ETA once the target is
+    reached."""
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")
+    started = json.loads((attempt / "journal.jsonl").read_text().splitlines()[-1])["ts"]
+    (attempt / "gateway-stats.json").write_text(json.dumps(stats(100, 90, 4, {"seconds": 50.0, "requests": 25, "ok": 25})))
+    (attempt / "results").mkdir(exist_ok=True)
+    (attempt / "results" / "records.jsonl").write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n{"a": ')
+    found = progress(attempt, started + 30.0)
+    assert {"requests": 100, "ok": 90, "rejected_429": 4, "errors": 6, "req_per_s": 0.5, "replicas_serving": 2,
+            "tokens_out": None, "tokens_per_s": None, "records": 3, "records_target": 3, "eta_s": None} == found
+
+
+def test_before_the_gateway_wrote_anything_progress_is_unknown_not_zero(tmp_path) -> None:
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")
+    found = progress(attempt, 0.0)
+    assert (None, None, None) == (found["requests"], found["req_per_s"], found["records"])
+
+
+@pytest.mark.parametrize(("found", "line"), [
+    ({"records": 1240, "records_target": 10000, "req_per_s": 31.2, "requests": 1000, "rejected_429": 20,
+      "eta_s": 2830.0}, "1,240/10,000 records  31 req/s  429s 2%  ETA 0:47:10"),
+    ({"records": 7, "records_target": None, "req_per_s": None, "requests": 9, "rejected_429": 0, "eta_s": None},
+     "7 records"),
+    ({"records": None, "records_target": None, "req_per_s": None, "requests": None, "eta_s": None}, ""),
+])
+def test_the_progress_line_says_what_is_known(found: dict, line: str) -> None:
+    """One compact line for `--watch` (it fits 80 columns beside the state), without unknowns."""
+    assert line == progress_line(found)
+
+
+def test_the_eta_comes_from_the_records_rate_since_the_client_started(tmp_path) -> None:
+    """3 records in 30 s toward 10: 7 more at 0.1/s is 70 s."""
+    attempt = staged(tmp_path, "1000")
+    plan = json.loads((attempt / "plan.json").read_text())
+    plan["client"]["result"]["min_records"] = 10
+    (attempt / "plan.json").chmod(0o600)
+    (attempt / "plan.json").write_text(json.dumps(plan))
+    journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")
+    started = json.loads((attempt / "journal.jsonl").read_text().splitlines()[-1])["ts"]
+    (attempt / "results").mkdir(exist_ok=True)
+    (attempt / "results" / "records.jsonl").write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n')
+    assert (3, 10, 70.0) == tuple(progress(attempt, started + 30.0)[k] for k in ("records", "records_target", "eta_s"))
