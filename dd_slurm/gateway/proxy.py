@@ -28,6 +28,7 @@ PREREAD_MAX = 1 << 20  # request bodies up to this size are read before a replic
 HIGH_WATER = 1 << 18  # a client that reads slower than the replica writes: relaying pauses here
 BUFFER_MAX = PREREAD_MAX + READ_LIMIT  # a client's unparsed bytes beyond this: stop reading it for now
 STATS_PATH = b"/_gateway/stats"  # aliases start with [A-Za-z0-9]: no clash
+METRICS_PATH = b"/metrics"  # Prometheus's conventional path; answered before any alias
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 FULL = http1.simple_response(503, error_body("the gateway is at its connection limit; retry later", "api_error",
                                              "too_many_connections"), (b"retry-after: 1",), close=True)
@@ -296,6 +297,9 @@ class ClientConnection(Reading):
 
     def _dispatch(self, head: Head, body: bytes | None, start: float) -> None:
         target = head.start[1]
+        if target == METRICS_PATH and head.start[0] == b"GET":  # before the aliases: one may be named `metrics`
+            self._metrics(head)
+            return
         pool = self._pool_of(target)
         if pool is None:
             self._local(head, target)
@@ -310,6 +314,15 @@ class ClientConnection(Reading):
         alias_length = len(pool.alias.encode())
         self.exchange = Exchange(self, head, body, pool, target[alias_length + 1:] or b"/", start)
         self.exchange.begin()
+
+    def _metrics(self, head: Head) -> None:
+        from dd_slurm.gateway.metrics import CONTENT_TYPE, exposition
+
+        keep = head.length == 0 and not head.close
+        body = exposition(self.proxy.pools.values(), self.proxy.counts["refused_draining"])
+        self.transport.write(http1.simple_response(200, body, close=not keep, content_type=CONTENT_TYPE))
+        if not keep:
+            self.close()
 
     def _local(self, head: Head, target: bytes) -> None:
         keep = head.length == 0 and not head.close

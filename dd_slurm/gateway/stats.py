@@ -12,17 +12,31 @@ BUCKETS_PER_E = 1 / math.log(1.02)  # 2 % wide buckets: bounded memory, quantile
 class Latency:
     """Log-bucketed histogram of durations in seconds."""
 
-    __slots__ = ("buckets", "count")
+    __slots__ = ("buckets", "count", "total")
 
     def __init__(self) -> None:
         self.buckets: dict[int, int] = {}
         self.count = 0
+        self.total = 0.0  # seconds, summed: Prometheus's `_sum`
 
     def add(self, seconds: float) -> None:
         key = int(log(seconds * 1e6 if seconds > 1e-6 else 1.0) * BUCKETS_PER_E)
         buckets = self.buckets
         buckets[key] = buckets.get(key, 0) + 1
         self.count += 1
+        self.total += seconds
+
+    def at_most(self, bounds: Iterable[float]) -> list[int]:
+        """For each bound (seconds, ascending), how many durations fell in buckets wholly at or
+        below it (Prometheus's cumulative `le` buckets, at the histogram's 2 % resolution)."""
+        keys = sorted(self.buckets)
+        out, seen, index = [], 0, 0
+        for bound in bounds:
+            while index < len(keys) and math.exp((keys[index] + 1) / BUCKETS_PER_E) / 1e6 <= bound:
+                seen += self.buckets[keys[index]]
+                index += 1
+            out.append(seen)
+        return out
 
     def quantile(self, q: float) -> float | None:
         """The q-quantile in seconds (bucket midpoint), None when empty."""

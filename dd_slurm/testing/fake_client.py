@@ -27,7 +27,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--until-signalled", action="store_true",
                    help="keep writing records (a 503 is waited out) until SIGTERM, SIGINT or SIGUSR1; then exit 0")
     p.add_argument("--torn-tail", action="store_true", help="with --until-signalled: end with half a line")
+    p.add_argument("--metrics-out", default=None,
+                   help="with --until-signalled: after 5 records, GET the gateway's /metrics with the key into this "
+                        "file, and the status it answers without the key into FILE.without-key")
     return p.parse_args(argv)
+
+
+def scrape_metrics(url: str, key: str | None, out: str) -> None:
+    """The gateway's /metrics (its root: the alias URL without `/<alias>/v1`), with and without the key."""
+    import urllib.error
+
+    root = url.rsplit("/", 2)[0]
+    request = urllib.request.Request(f"{root}/metrics", headers={"Authorization": f"Bearer {key}"} if key else {})
+    with urllib.request.urlopen(request, timeout=30) as response, open(out, "wb") as handle:
+        handle.write(response.read())
+    try:
+        urllib.request.urlopen(f"{root}/metrics", timeout=30).close()
+        status = 200
+    except urllib.error.HTTPError as err:
+        status = err.code
+    with open(out + ".without-key", "w") as handle:
+        handle.write(f"{status}\n")
 
 
 def until_signalled(args: argparse.Namespace, endpoints: dict[str, str | None]) -> int:
@@ -53,6 +73,8 @@ def until_signalled(args: argparse.Namespace, endpoints: dict[str, str | None]) 
             out.write(json.dumps({"alias": alias, "index": written, "text": text}) + "\n")
             out.flush()
             written += 1
+            if written == 5 and args.metrics_out:
+                scrape_metrics(cast(str, url), key, args.metrics_out)
         if args.torn_tail:
             out.write('{"alias": "torn')
     print(f"stopped by signal {stopped[0]} after {written} records", flush=True)
