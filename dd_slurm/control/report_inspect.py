@@ -129,6 +129,22 @@ def gateway_lines(stats: Optional[dict[str, Any]]) -> list[str]:
         lines += [f"    {r['deployment']}-{r['replica']}: {r['requests']} requests ({100 * r['requests'] / total:.0f}%), "
                   f"answers {_classes(r['responses'])}, errors {_classes(r['errors'])}, {_latency(r['latency'])}, "
                   f"peak in flight {r['peak_inflight']}/{r['max_inflight']}" for r in figures["replicas"]]
+        lines += underserved(figures)
+    return lines
+
+
+def underserved(figures: dict[str, Any], least: int = 20) -> list[str]:
+    """A replica that served under half its even share of an alias's requests (with at least
+    `least` of them, so a handful of requests names nobody), with the log to open."""
+    replicas, total = figures["replicas"], figures["requests"]
+    if len(replicas) < 2 or total < least:
+        return []
+    share, lines = 100 / len(replicas), []
+    for r in replicas:
+        if r["requests"] < total / len(replicas) / 2:
+            name = f"{r['deployment']}-{r['replica']}"
+            lines.append(f"    note: {name} served {100 * r['requests'] / total:.0f}% of the requests, under half its "
+                         f"share ({share:.0f}%); see logs/{files.deploy_step(name)}.log")
     return lines
 
 

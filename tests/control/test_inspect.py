@@ -144,3 +144,16 @@ def test_a_cancel_the_user_requested_is_named_in_the_failure() -> None:
     unasked = failure_and_log({"history": history, "record": {"cancel_requests": []}})
     assert ("failure: sigterm in client: received SIGTERM (requested with dd-slurm cancel)",
             "failure: sigterm in client: received SIGTERM") == (asked[0], unasked[0])
+
+
+@pytest.mark.parametrize(("served", "named"), [((10, 10, 10, 10), []), ((13, 13, 13, 1), ["big-3"]),
+                                               ((3, 3, 3, 0), [])])
+def test_a_replica_far_below_its_share_is_named(served: tuple, named: list) -> None:
+    """Four replicas of one alias: one that served under half its even share (with 20 requests or
+    more) is named with its log; an even spread, or too few requests to judge, names none."""
+    from dd_slurm.control.report_inspect import underserved
+
+    figures = {"requests": sum(served), "replicas": [{"deployment": "big", "replica": k, "requests": n}
+                                                     for k, n in enumerate(served)]}
+    assert [f"    note: {n} served 2% of the requests, under half its share (25%); see logs/deploy-{n}.log"
+            for n in named] == underserved(figures)
