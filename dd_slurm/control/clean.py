@@ -18,6 +18,7 @@ from dd_slurm.store import attempt_files as files
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 REMOVING = ".removing-"
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}-[0-9]{8}T[0-9]{6}-[0-9a-f]{6}")
 
 
 def parse_age(text: str) -> float:
@@ -52,11 +53,21 @@ def plan_removal(workspace: Path, rows: list[dict[str, Any]], now: float, older_
     for r in rows:
         if r.get("run"):
             by_run.setdefault(r["run"], []).append(r)
-    runs = sorted(run for run, shards in by_run.items() if all(old[s["id"]] for s in shards))
+    runs = sorted(run for run, shards in by_run.items() if all(old[s["id"]] for s in shards)
+                  and run_dir_of(workspace, run) is not None)
     attempts = [r for r in rows if old[r["id"]] and (not r.get("run") or r["run"] in runs)]
     live = [r["id"] for r in rows if not finished(r)]
     return {"attempts": attempts, "runs": [str(workspace / "runs" / run) for run in runs], "live": live,
             "kept": len(rows) - len(attempts)}
+
+
+def run_dir_of(workspace: Path, run: Any) -> Optional[Path]:
+    """The run's dir from a shard's record, only when it is one: a run id (never a path, `..` or
+    empty) naming a real directory directly under runs/."""
+    if not isinstance(run, str) or not RUN_ID.fullmatch(run):
+        return None
+    path = workspace / "runs" / run
+    return path if path.is_dir() and not path.is_symlink() and path.parent == workspace / "runs" else None
 
 
 def unused_bundles(workspace: Path, staying: list[Path], keep: str) -> tuple[list[Path], Optional[str]]:
@@ -69,7 +80,8 @@ def unused_bundles(workspace: Path, staying: list[Path], keep: str) -> tuple[lis
         except OSError as err:
             return [], f"bundles kept: {directory.name}'s bundle link is unreadable ({err.strerror})"
     try:
-        bundles = sorted(p for p in (workspace / "bundles").iterdir() if p.is_dir() and not p.name.startswith("."))
+        bundles = sorted(p for p in (workspace / "bundles").iterdir()
+                         if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
     except FileNotFoundError:
         return [], None
     return [b for b in bundles if b.name not in used], None
@@ -78,12 +90,18 @@ def unused_bundles(workspace: Path, staying: list[Path], keep: str) -> tuple[lis
 def remove_tree(path: Path) -> None:
     """Rename to a dot-name first (atomic: never a half-removed dir under its own name), make
     read-only dirs (bundles) writable, delete."""
+    if path.is_symlink():  # never through a link: the link goes, what it names stays
+        path.unlink()
+        return
     hidden = path.with_name(REMOVING + path.name)
     os.rename(path, hidden)
     delete_hidden(hidden)
 
 
 def delete_hidden(hidden: Path) -> None:
+    if hidden.is_symlink():
+        hidden.unlink()
+        return
     os.chmod(hidden, 0o700)
     for root, dirs, _ in os.walk(hidden):  # never through a symlink: an attempt's `bundle` link is one
         for name in dirs:

@@ -28,16 +28,23 @@ def mem_mb(text: Optional[str]) -> float:
 
 
 def fit_errors(plan: Plan, rows: list[NodeRow]) -> list[str]:
-    """One line per field the partition's nodes cannot hold (sinfo's configuration, whatever
-    the nodes' state), naming the field and the most any node has."""
+    """One line per field the partition's nodes cannot hold (sinfo's configuration, whatever the
+    nodes' state), naming the field and the most any node has. A list of partitions (`gpu,long`,
+    as sbatch takes it) fits when one of them does; its errors are the first one's."""
     from dd_slurm.scheduler.sinfo import partition_nodes
 
     job = plan.job
-    name, nodes = partition_nodes(rows, job.partition)
+    names = [n.strip() for n in job.partition.split(",") if n.strip()] if job.partition else [None]
+    found = [fit_in(plan, *partition_nodes(rows, name), rows) for name in names]
+    return [] if any(not errors for errors in found) else found[0]
+
+
+def fit_in(plan: Plan, name: Optional[str], nodes: list[NodeRow], rows: list[NodeRow]) -> list[str]:
+    job = plan.job
     if not nodes:
         known = ", ".join(sorted({r.partition for r in rows})) or "none"
-        return [f"job.partition: {job.partition!r} is not a partition of this cluster (sinfo lists: {known})"
-                if job.partition else "job.partition: not set, and this cluster has no default partition"]
+        return [f"job.partition: {name!r} is not a partition of this cluster (sinfo lists: {known})"
+                if name else "job.partition: not set, and this cluster has no default partition"]
     wants = (("job.gpus_per_node", job.gpus_per_node, str(job.gpus_per_node), "gpus", "GPUs"),
              ("job.cpus_per_task", job.cpus_per_task, str(job.cpus_per_task), "cpus", "CPUs"),
              ("job.mem", mem_mb(job.mem), f'"{job.mem}"', "memory_mb", "MB"))
@@ -114,7 +121,7 @@ def fit_refusal(plan: Plan, commands: Any) -> Optional[str]:
         rows = commands.nodes()
     except SchedulerError:
         return None  # no sinfo here: sbatch stays the judge
-    errors = fit_errors(plan, rows)
+    errors = [e for e in fit_errors(plan, rows) if not e.startswith("job.partition:")]  # sbatch judges names
     return "; ".join(errors) + "; nothing was submitted (dd-slurm validate --cluster checks this)" if errors else None
 
 

@@ -12,10 +12,18 @@ BLOCK = 1 << 20
 
 
 def complete_lines(path: Path) -> Optional[int]:
-    """Newline-terminated lines of a JSON lines file as it is being written (None: no file yet)."""
+    """Records of a JSON lines file as it is being written: its newline-terminated lines that are
+    not blank (as the result check counts them); None when it is not a regular file (yet)."""
+    if path.is_symlink() or not path.is_file():  # never a FIFO a reader would block on
+        return None
     try:
         with open(path, "rb") as handle:
-            return sum(block.count(b"\n") for block in iter(lambda: handle.read(BLOCK), b""))
+            count, tail = 0, b""
+            for block in iter(lambda: handle.read(BLOCK), b""):
+                lines = (tail + block).split(b"\n")
+                tail = lines.pop()
+                count += sum(1 for line in lines if line.strip())
+            return count
     except OSError:
         return None
 

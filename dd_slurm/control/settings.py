@@ -37,7 +37,10 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
     path = config_path(environ)
     if path is None or not path.is_file():
         return Settings()
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        raise InvalidInput(f"{path}: reading it needs Python 3.11 or later (tomllib)") from None
 
     from dd_slurm.plan.strict import did_you_mean
 

@@ -51,7 +51,7 @@ def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]],
     view["effective"] = effective(summary, view["scheduler"])
     if summary["state"] == "done":
         view["result"] = result_summary(attempt_dir)
-    elif summary["state"] == "client" and now is not None:
+    elif summary["state"] == "client" and now is not None and view["effective"] is None:  # the client runs
         from dd_slurm.control.progress import progress
 
         view["progress"] = progress(attempt_dir, now())

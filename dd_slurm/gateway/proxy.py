@@ -304,9 +304,8 @@ class ClientConnection(Reading):
         if pool is None:
             self._local(head, target)
             return
-        if self.proxy.draining:
+        if self.proxy.draining:  # counted apart: not an answer of the alias's, nor a latency
             self.proxy.counts["refused_draining"] += 1
-            self._count_refusal(head, 503)
             self.transport.write(DRAINING)
             self.close()
             return

@@ -154,14 +154,20 @@ class Service:
         if self.proxy is None or self.proxy.draining:
             return
         self.proxy.draining = True
-        self.publish("draining")
-        log(f"draining: {self.proxy.in_flight()} request(s) in flight, new ones refused")
         self.draining = asyncio.ensure_future(self._drained())  # kept: a task nobody holds may be collected
+        log(f"draining: {self.proxy.in_flight()} request(s) in flight, new ones refused")
+        try:
+            self.publish("draining")
+        except OSError as err:
+            log(f"error: state_path: cannot write ({err.strerror})")
 
     async def _drained(self) -> None:
         while self.proxy is not None and self.proxy.in_flight():
             await asyncio.sleep(0.05)
-        self.publish("drained")
+        try:
+            self.publish("drained")
+        except OSError as err:
+            log(f"error: state_path: cannot write ({err.strerror})")
         log("drained: nothing in flight")
 
     async def watch(self, stop: asyncio.Event, timeout: float) -> None:

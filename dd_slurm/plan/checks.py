@@ -158,7 +158,8 @@ def env_set(values: Mapping[str, str]) -> None:
 def env_name(name: str) -> None:
     fields.check_name_text(name)
     if not fields.ENV_NAME.match(name):
-        raise fields.FieldError(f"{name!r} is not a valid environment variable name")
+        raise fields.FieldError("must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*; what was typed is "
+                                "not shown: it may be a value)")
     if name.startswith("DD_SLURM_"):
         raise fields.FieldError(f"{name!r} is reserved: DD_SLURM_* variables are set by the runtime")
 

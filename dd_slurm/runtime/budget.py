@@ -16,7 +16,7 @@ import attrs
 KILLWAIT_FALLBACK_S = 5.0  # when KillWait is unknown: short, so the report is written before SIGKILL
 REPORT_RESERVE_S = 1.0  # kept back for writing the report
 STOP_ALLOWANCE_S = 25.0  # beyond the grace: SIGKILL waits and the leftover scans
-ENDING_REASONS = ("sigterm",)  # scancel or the time limit: Slurm's SIGKILL follows after KillWait
+ENDING_REASONS = ("sigterm", "time_limit")  # scancel or the time limit: Slurm's SIGKILL follows after KillWait
 _END = re.compile(r"(?:^|\s)EndTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\s|$)")
 _KILLWAIT = re.compile(r"^KillWait\s*=\s*(\d+)\s*sec", re.MULTILINE)
 

@@ -150,7 +150,7 @@ class Cleanup:
         say `drained`, or for it to end."""
         if not self._running(drain.gateway) or drain.drain_s <= 0:
             return
-        if drain.gateway not in self._signal([drain.gateway], "USR2"):
+        if drain.gateway not in self._signal([drain.gateway], "USR2", self._quick()):
             self.table.signal_group(drain.gateway, signal.SIGUSR2)
         began = self.clock.monotonic()  # at most half of what is left: the client and the stops come after
         deadline = began + max(0.0, min(drain.drain_s, (self.left() - AFTER_GRACE_S) / 2))
@@ -167,17 +167,25 @@ class Cleanup:
         exit; what it has not sealed by then, the usual stop ends."""
         if not self._running(drain.client):
             return
-        if drain.client not in self._signal([drain.client], drain.stop_signal):
-            self.table.signal_group(drain.client, getattr(signal, f"SIG{drain.stop_signal}"))
-        self.table.procs[drain.client].stop = f"sig{drain.stop_signal.lower()}"
+        sent = drain.stop_signal
+        if drain.client not in self._signal([drain.client], sent, self._quick()):
+            sent = "TERM" if sent == "INT" else sent  # srun does not pass its first SIGINT on to the task
+            self.table.signal_group(drain.client, getattr(signal, f"SIG{sent}"))
+            if sent != drain.stop_signal:
+                report.notes.append("scancel could not send SIGINT to the client; srun passed SIGTERM instead")
+        self.table.procs[drain.client].stop = f"sig{sent.lower()}"
         grace = max(0.0, min(drain.stop_grace_s, (self.left() - AFTER_GRACE_S) / 2))
         if self.table.wait_all([drain.client], self.clock.monotonic() + grace):
-            report.notes.append(f"the client did not exit within {grace:.1f}s of SIG{drain.stop_signal}")
+            report.notes.append(f"the client did not exit within {grace:.1f}s of SIG{sent}")
 
-    def _signal(self, names: list[str], signal_name: str) -> set[str]:
+    def _quick(self) -> float:
+        """A drain's scancel: a slow controller must not take the grace the stops after it need."""
+        return max(0.1, min(2.0, self.left() / 4))
+
+    def _signal(self, names: list[str], signal_name: str, timeout_s: Optional[float] = None) -> set[str]:
         """The names signalled through Slurm (`signal_steps(names, signal, timeout_s)` answers them;
         anything else is none), within what is left of the budget."""
-        found = self.signal_steps(names, signal_name, timeout_s=max(0.1, self.left() - 0.5))
+        found = self.signal_steps(names, signal_name, timeout_s=timeout_s or max(0.1, self.left() - 0.5))
         return set(found) if isinstance(found, (list, tuple, set)) else set()
 
     def _kill(self, names: list[str]) -> None:

@@ -16,14 +16,18 @@ from dd_slurm.plan.records import Result
 BLOCK = 1 << 20
 
 
-def read_result(path: Path, fmt: str, opener: Callable = open, partial: bool = False) -> tuple[Optional[int], int, str]:
+def read_result(path: Path, fmt: str, opener: Callable = open, partial: bool = False,
+                out_of_time: Callable[[], bool] = lambda: False) -> tuple[Optional[int], int, str]:
     """(records, bytes, sha256) from one pass over one open file, so all three describe the same
-    bytes; raises ValueError when the content does not parse in its format. `partial`: a JSON
-    lines file cut mid-line counts its complete lines only."""
+    bytes; raises ValueError when the content does not parse in its format, or when
+    `out_of_time()` says so between blocks. `partial`: a JSON lines file cut mid-line counts its
+    complete lines only."""
     digest, size = hashlib.sha256(), 0
     counter = _JsonLines(complete_only=True) if partial and fmt == "jsonl" else _counter(fmt)
     with opener(path, "rb") as handle:
         for block in iter(lambda: handle.read(BLOCK), b""):
+            if out_of_time():
+                raise ValueError(f"not read to its end within cleanup's budget ({size} bytes read)")
             digest.update(block)
             size += len(block)
             counter.feed(block)
@@ -92,7 +96,7 @@ class _Parquet(_Json):
 
 
 def validate_result(results_dir: Path, spec: Result, shard: tuple[int, int] = (0, 1), opener: Callable = open,
-                    partial: bool = False) -> dict:
+                    partial: bool = False, out_of_time: Callable[[], bool] = lambda: False) -> dict:
     """The manifest of a valid candidate; AttemptFailure with a reason code otherwise. `shard`
     (index, count) fills `{shard_index}` and `{num_shards}` in the path. `partial` (what a stopped
     client wrote): no `min_records`, complete JSON lines only, and `"partial": true`."""
@@ -104,7 +108,7 @@ def validate_result(results_dir: Path, spec: Result, shard: tuple[int, int] = (0
     if root not in path.resolve().parents:
         raise AttemptFailure("result_outside_results_dir", f"{name} resolves outside the results dir")
     try:
-        records, size, sha256 = read_result(path, spec.format, opener, partial)
+        records, size, sha256 = read_result(path, spec.format, opener, partial, out_of_time)
     except (ValueError, OSError) as err:
         raise AttemptFailure("result_invalid", f"{name} is not valid {spec.format}: {err}") from None
     if partial:
@@ -129,14 +133,16 @@ def held_by(root: Path, most: int = 8) -> str:
     return f"the results dir holds {', '.join(names[:most])}{more}"
 
 
-def keep_partial(attempt_dir: Path, results_dir: Path, spec: Result, shard: tuple[int, int]) -> str:
+def keep_partial(attempt_dir: Path, results_dir: Path, spec: Result, shard: tuple[int, int],
+                 out_of_time: Callable[[], bool] = lambda: False) -> str:
     """After a stop: what the client wrote, validated but for `min_records`, kept with a manifest
-    that says `partial`; the line for the batch log either way."""
+    that says `partial`; the line for the batch log either way. Reading stops when `out_of_time()`
+    (Slurm's SIGKILL must find the attempt's end journaled)."""
     from dd_slurm.store import attempt_files as files
     from dd_slurm.store.atomic import write_json_atomic
 
     try:
-        manifest = validate_result(results_dir, spec, shard, partial=True)
+        manifest = validate_result(results_dir, spec, shard, partial=True, out_of_time=out_of_time)
     except AttemptFailure as err:
         return f"partial result not kept: {err.reason}: {err.detail}"
     write_json_atomic(Path(attempt_dir) / files.RESULT_MANIFEST, manifest)

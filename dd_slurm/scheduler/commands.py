@@ -332,10 +332,10 @@ class SlurmCommands:
         return self.run("sbatch", ["--test-only", str(script)])
 
     def nodes(self) -> list:
-        """Every node of every partition as sinfo has it configured (scheduler/sinfo.py)."""
+        """Every node of every partition (hidden ones too) as sinfo has it configured (scheduler/sinfo.py)."""
         from dd_slurm.scheduler.sinfo import SINFO_FORMAT, parse_nodes
 
-        return parse_nodes(self.run("sinfo", ["--noheader", "--Node", f"--format={SINFO_FORMAT}"]).stdout)
+        return parse_nodes(self.run("sinfo", ["--all", "--noheader", "--Node", f"--format={SINFO_FORMAT}"]).stdout)
 
 
 def _one_line(text: str) -> str:

@@ -86,7 +86,7 @@ TERMINAL: frozenset[JobState] = frozenset(
 ENDING_REASONS: frozenset[str] = frozenset(
     {"NonZeroExitCode", "RaisedSignal", "TimeLimit", "NodeDown", "OutOfMemory", "JobLaunchFailure",
      "SystemFailure", "InactiveLimit", "DeadLine", "BadConstraints", "BurstBufferOperation",
-     "AccountNotAllowed", "QOSNotAllowed"}
+     "InvalidAccount", "InvalidQOS"}
 )
 
 

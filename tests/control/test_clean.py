@@ -40,7 +40,8 @@ def test_an_age_without_a_unit_is_refused(text: str) -> None:
 
 def test_a_run_goes_only_when_every_shard_is_finished(tmp_path) -> None:
     """A run with one shard still running keeps all its shards; a whole finished run goes with
-    its run dir; a lone attempt goes on its own."""
+    its run dir; a lone attempt goes on its own; a shard whose record names a run that is not a
+    run id (`../../home`) or not a dir under runs/ stays, and no such path is ever removed."""
     ended = {"outcome": "failed", "reason": "client_failed", "from": "attempt"}
 
     def row(name: str, run: str | None, effective: dict | None, job_state: str | None) -> dict:
@@ -49,10 +50,14 @@ def test_a_run_goes_only_when_every_shard_is_finished(tmp_path) -> None:
         return {"id": name, "dir": str(tmp_path / name), "run": run, "effective": effective, "job_id": "1",
                 "job_state": job_state}
 
-    rows = [row("a-s0", "a", ended, "failed"), row("a-s1", "a", None, "running"),
-            row("b-s0", "b", ended, "completed"), row("b-s1", "b", ended, "timeout"), row("c", None, ended, "failed")]
+    a, b = "gen-20261201T080000-aaaaaa", "gen-20261201T090000-bbbbbb"
+    for run in (a, b):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+    rows = [row("a-s0", a, ended, "failed"), row("a-s1", a, None, "running"),
+            row("b-s0", b, ended, "completed"), row("b-s1", b, ended, "timeout"), row("c", None, ended, "failed"),
+            row("d-s0", "../../home", ended, "failed"), row("e-s0", "gen-20261201T100000-eeeeee", ended, "failed")]
     chosen = plan_removal(tmp_path, rows, time.time(), WEEK)
-    assert (["b-s0", "b-s1", "c"], [str(tmp_path / "runs" / "b")], ["a-s1"], 2) == (
+    assert (["b-s0", "b-s1", "c"], [str(tmp_path / "runs" / b)], ["a-s1"], 4) == (
         [r["id"] for r in chosen["attempts"]], chosen["runs"], chosen["live"], chosen["kept"])
 
 
@@ -99,3 +104,19 @@ def test_clean_removes_only_old_finished_attempts_and_unused_bundles(fake_slurm,
     in_use = (recent / "bundle").resolve()
     assert ([in_use.name], 0o555) == ([p.name for p in (tmp_path / "ws" / "bundles").iterdir()],
                                       in_use.stat().st_mode & 0o777)  # the removed attempt's link was not followed
+
+
+def test_a_symlinked_bundle_is_unlinked_never_followed(tmp_path) -> None:
+    """A link in bundles/ (or where a removal was left half done) goes as a link: the directory
+    it names keeps its files and its mode."""
+    from dd_slurm.control.clean import remove_tree
+
+    target = tmp_path / "precious"
+    (target / "sub").mkdir(parents=True)
+    (target / "sub" / "f").write_text("x")
+    target.chmod(0o555)
+    (tmp_path / "bundles").mkdir()
+    (tmp_path / "bundles" / "linked").symlink_to(target)
+    remove_tree(tmp_path / "bundles" / "linked")
+    assert ([], True, 0o555) == (list((tmp_path / "bundles").iterdir()), (target / "sub" / "f").exists(),
+                                 target.stat().st_mode & 0o777)

@@ -67,3 +67,15 @@ def test_the_eta_comes_from_the_records_rate_since_the_client_started(tmp_path) 
     (attempt / "results").mkdir(exist_ok=True)
     (attempt / "results" / "records.jsonl").write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n')
     assert (3, 10, 70.0) == tuple(progress(attempt, started + 30.0)[k] for k in ("records", "records_target", "eta_s"))
+
+
+def test_records_so_far_skip_blank_lines_and_never_read_a_fifo(tmp_path) -> None:
+    """Blank lines are not records (the result check skips them too); a FIFO where the result
+    should be is not opened (a reader would block): unknown."""
+    import os
+
+    from dd_slurm.control.progress import complete_lines
+
+    (tmp_path / "r.jsonl").write_bytes(b'{"a": 1}\n\n{"a": 2}\n   \n{"a": 3')
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    assert (2, None) == (complete_lines(tmp_path / "r.jsonl"), complete_lines(tmp_path / "fifo.jsonl"))

@@ -123,6 +123,14 @@ def _storm(argv: list[str], times: int) -> None:
         proc.wait(timeout=120)
 
 
+def _first_cancel(attempt_dir: Path) -> Optional[float]:
+    """When the first `dd-slurm cancel` of the storm recorded its request (right after its
+    scancel); None when none did: each found the job already ended, so nothing was sent."""
+    requests = json.loads((attempt_dir / "attempt.json").read_text()).get("cancel_requests") or []
+    times = [r["time"] for r in requests if isinstance(r, dict) and isinstance(r.get("time"), (int, float))]
+    return min(times) if times else None
+
+
 def fire(trial: Trial) -> bool:
     """Do the fault; False when its target was already gone (nothing was done)."""
     d, job = trial.attempt_dir, trial.job_id
@@ -156,6 +164,8 @@ def run_trial(trial: Trial, tmp: Path, rng_seed: int) -> Trial:
         time.sleep(trial.delay_s)
         fired_at = time.time()
         trial.fired_at = fired_at if fire(trial) else None
+        if trial.fault == "cancel_storm":  # it lands when a `dd-slurm cancel` got to scancel, not when they started
+            trial.fired_at = _first_cancel(trial.attempt_dir)
     _wait_for(trial.attempt_dir, "done", 90)
     wait_job_gone(trial.job_id, 120)
     if trial.fault == "stop_server":  # a stopped server the job's end left behind must still die
