@@ -36,7 +36,6 @@ LOCAL_PROBE_POLL_S = 0.001  # the supervisor's own node: a few stat()s and binds
 GATEWAY_POLL_S = 0.002  # from the config written to the gateway serving: ~10 ms on the path to the client
 PREFLIGHT_TIMEOUT_S = 600.0
 SETTLE_S = 0.3
-STOP_REASONS = ("sigterm", "sigint", "pre_timeout_signal", "time_limit")  # the stops a drain answers
 PARTIAL_RESERVE_S = 1.0  # of cleanup's budget, kept for journaling `done` after the partial result
 WITHDRAW_WAIT_S = 2.0  # held steps never released, at cleanup: end of input, then cleanup stops any left
 
@@ -271,28 +270,17 @@ class RuntimeActions:
             p.runner.withdraw(list(self.started), s.clock.monotonic() + WITHDRAW_WAIT_S)
         nodes = p.alloc.nodes if p is not None else ()
         module = cleanup_module()
-        drain = self._drain(module, reason)
+        drain = module.drain_for(p, s.table, reason)
         cleanup = module.Cleanup(
             attempt_dir=s.dir, table=s.table, runner=p.runner if p is not None else None, clock=s.clock, grace_s=grace,
             nodes=nodes, attempt_id=s.attempt_id, signal_steps=s.signal_steps, finish_readiness=self._finish_readiness,
             budget=budget_for(s, reason, grace, drain.seconds if drain else 0.0))
         client_ran = "client" in s.table.procs  # running at the stop, or just killed by the same signal from Slurm
         cleanup.run(phases, outcome, reason, drain)
-        if reason in STOP_REASONS and client_ran and p is not None and p.plan.client.result.keep_partial:
+        if reason in module.STOP_REASONS and client_ran and p is not None and p.plan.client.result.keep_partial:
             line = keep_partial(s.dir, s.results_dir, p.plan.client.result, s.shard,
                                 lambda: cleanup.left() <= PARTIAL_RESERVE_S)
             print(line, file=sys.stderr, flush=True)
-
-    def _drain(self, module: ModuleType, reason: str):  # -> Optional[cleanup.Drain]
-        """A stop (a signal, the time limit, a cancel) while the client runs: drain, then let the
-        client seal its output."""
-        s = self.session
-        p = s.prepared_or_none()
-        if p is None or reason not in STOP_REASONS or "client" not in s.table.procs or s.table.poll("client") is not None:
-            return None
-        client = p.plan.client
-        return module.Drain(drain_s=p.plan.gateway.drain_s, stop_signal=client.stop_signal,
-                            stop_grace_s=client.stop_grace_s)
 
     # what every wait checks, and the readiness record
     def check_alive(self) -> None:

@@ -18,6 +18,7 @@ import attrs
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError
+from dd_slurm.runtime import gateway_step
 from dd_slurm.runtime.budget import STOP_ALLOWANCE_S, Budget
 from dd_slurm.runtime.node.leftover_scan import record_trees, scan_node
 from dd_slurm.runtime.process_table import ProcessTable
@@ -38,17 +39,6 @@ KILL_WAIT_S = 3.0
 SCAN_S = 30.0
 AFTER_GRACE_S = 2.0  # of the budget kept back from the grace: SIGKILL, the scan, the report
 _JOB_ENDING = re.compile(r"has expired|Expired or invalid job|already completing|Job/step already|Invalid job id")
-
-
-def gateway_state(attempt_dir: Path) -> Optional[str]:
-    """The gateway's own word on its state (`serving`, `draining`, `drained`, `stopped`)."""
-    import json
-
-    try:
-        state = json.loads((attempt_dir / files.GATEWAY_STATE).read_text()).get("state")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return state if isinstance(state, str) else None
 
 
 def leftover(found: dict, node: str) -> Leftover:
@@ -72,6 +62,19 @@ class Drain:
     @property
     def seconds(self) -> float:
         return self.drain_s + self.stop_grace_s
+
+
+STOP_REASONS = ("sigterm", "sigint", "pre_timeout_signal", "time_limit")  # the stops a drain answers
+
+
+def drain_for(prepared: object, table: ProcessTable, reason: str) -> Optional[Drain]:
+    """A stop (a signal, the time limit, a cancel) while the client runs: drain, then let the
+    client seal its output. None otherwise, or when preparation never finished."""
+    if prepared is None or reason not in STOP_REASONS or "client" not in table.procs or table.poll("client") is not None:
+        return None
+    plan = prepared.plan  # type: ignore[attr-defined]
+    return Drain(drain_s=plan.gateway.drain_s, stop_signal=plan.client.stop_signal,
+                 stop_grace_s=plan.client.stop_grace_s)
 
 
 def _default_budget(cleanup: Cleanup) -> Budget:
@@ -155,7 +158,7 @@ class Cleanup:
         began = self.clock.monotonic()  # at most half of what is left: the client and the stops come after
         deadline = began + max(0.0, min(drain.drain_s, (self.left() - AFTER_GRACE_S) / 2))
         while self.clock.monotonic() < deadline and self._running(drain.gateway):
-            if gateway_state(self.dir) == "drained":
+            if gateway_step.state_of(self.dir).get("state") == "drained":
                 report.notes.append(f"gateway drained in {self.clock.monotonic() - began:.1f}s: nothing in flight")
                 return
             self.clock.sleep(0.05)

@@ -83,14 +83,20 @@ def exit_failure(attempt_dir: Path, code: int) -> AttemptFailure:
     return AttemptFailure("gateway_failed", f"the gateway exited {code}; see logs/{GATEWAY_STEP}.log")
 
 
+def state_of(attempt_dir: Path) -> dict:
+    """The gateway's state file as written (`state`: serving, draining, drained, stopped,
+    stalled); {} when there is none or it is not a JSON object. Callers trust only what they check."""
+    try:
+        state = json.loads((attempt_dir / files.GATEWAY_STATE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
 def check_not_stalled(attempt_dir: Path) -> None:
     """The gateway's state file says `stalled` (it found a stalled replica and is ending, its exit
     not yet seen): that is the attempt's failure, however the client ended."""
-    try:
-        state = json.loads((attempt_dir / files.GATEWAY_STATE).read_text()).get("state")
-    except (OSError, ValueError, AttributeError):
-        return
-    if state == "stalled":
+    if state_of(attempt_dir).get("state") == "stalled":
         raise AttemptFailure("server_stalled", _stalled_detail(attempt_dir))
 
 
