@@ -21,7 +21,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}\Z")
 TOP_KEYS = {"schema", "listen", "aliases", "queue_limit", "queue_timeout_s", "stall_timeout_s", "api_key_var",
             "state_path", "stats_path", "retry_after_s", "connect_timeout_s", "header_timeout_s", "idle_timeout_s",
-            "max_connections"}
+            "max_connections", "eject_after", "routes_path"}
 
 
 CONFIG_NAME, STATE_NAME, STATS_NAME = files.GATEWAY_CONFIG, files.GATEWAY_STATE, files.GATEWAY_STATS
@@ -37,6 +37,7 @@ class ReplicaTarget:
     replica: int
     base_url: str  # http://host:port or http://host:port/v1
     max_inflight: int = 256
+    expendable: bool = False  # its deployment may lose it (min_replicas < replicas): a stall takes it out, not the gateway down
 
     @property
     def host(self) -> str:
@@ -67,24 +68,31 @@ class GatewayConfig:
     header_timeout_s: float = 10.0
     idle_timeout_s: float = 120.0
     max_connections: int = 4096
+    eject_after: int = 3
+    routes_path: str | None = None
 
 
 def for_attempt(attempt_dir: str, models: dict[str, list[dict]], max_inflight: dict[str, int],
-                gateway: Any = None, api_key_var: str | None = None, port: int = 0) -> GatewayConfig:
+                gateway: Any = None, api_key_var: str | None = None, port: int = 0,
+                expendable: frozenset[str] = frozenset()) -> GatewayConfig:
     """The attempt's gateway config. `models`: alias -> replicas as endpoints.json lists them
     ({deployment, replica, base_url}); `max_inflight`: per deployment name; `gateway`: the plan's
-    gateway record (its queues, timeouts and connection cap) or None for the defaults."""
+    gateway record (its queues, timeouts and connection cap) or None for the defaults;
+    `expendable`: the deployments that may lose a replica and go on."""
     aliases = {alias: tuple(ReplicaTarget(r["deployment"], r["replica"], r["base_url"],
-                                          max_inflight.get(r["deployment"], 256)) for r in replicas)
+                                          max_inflight.get(r["deployment"], 256), r["deployment"] in expendable)
+                            for r in replicas)
                for alias, replicas in models.items()}
     settings = {} if gateway is None else {"queue_limit": gateway.queue_limit,
                                            "queue_timeout_s": float(gateway.queue_timeout_s),
                                            "stall_timeout_s": gateway.stall_timeout_s,
                                            "header_timeout_s": float(gateway.header_timeout_s),
                                            "idle_timeout_s": float(gateway.idle_timeout_s),
-                                           "max_connections": gateway.max_connections}
+                                           "max_connections": gateway.max_connections,
+                                           "eject_after": gateway.eject_after}
     return GatewayConfig(aliases=aliases, state_path=f"{attempt_dir}/{STATE_NAME}",
-                         stats_path=f"{attempt_dir}/{STATS_NAME}", port=port, api_key_var=api_key_var, **settings)
+                         stats_path=f"{attempt_dir}/{STATS_NAME}", port=port, api_key_var=api_key_var,
+                         routes_path=f"{attempt_dir}/{files.GATEWAY_ROUTES}", **settings)
 
 
 @attrs.frozen(kw_only=True)
@@ -120,6 +128,8 @@ class ConfigFile:
     header_timeout_s: float = 10.0
     idle_timeout_s: float = 120.0
     max_connections: int = 4096
+    eject_after: int = 3
+    routes_path: Optional[str] = None
 
 
 def to_json(config: GatewayConfig) -> dict:

@@ -85,8 +85,14 @@ def _replicas(value: Any, kind: Any) -> Any:
     return CONVERTER.structure(value, kind)
 
 
+def boolean(value: Any, _type: Any) -> bool:
+    if type(value) is not bool:
+        raise FieldError("must be true or false")
+    return value
+
+
 register_record(ReplicaTarget, deployment=matching(IDENTIFIER, "an identifier"), replica=integer(0),
-                base_url=base_url, max_inflight=integer(1))
+                base_url=base_url, max_inflight=integer(1), expendable=boolean)
 register_record(AliasSpec, replicas=_replicas)
 register_record(Listen, host=matching(HOST, "a host name or address"), port=integer(0, 65535))
 register_record(ConfigFile, schema=choice(SCHEMA), aliases=aliases, state_path=text, stats_path=text,
@@ -94,7 +100,8 @@ register_record(ConfigFile, schema=choice(SCHEMA), aliases=aliases, state_path=t
                 stall_timeout_s=lambda v, t: None if v is None else positive(v, t),
                 api_key_var=matching(ENV_NAME, "an environment variable name or null", optional=True),
                 retry_after_s=integer(0), connect_timeout_s=positive, header_timeout_s=positive,
-                idle_timeout_s=positive, max_connections=integer(1))
+                idle_timeout_s=positive, max_connections=integer(1), eject_after=integer(1),
+                routes_path=lambda v, t: None if v is None else text(v, t))
 
 
 def structure_config(data: Any, kind: type[ConfigFile]) -> ConfigFile:

@@ -106,7 +106,7 @@ class Exchange:
 
     def _next_replica(self, refused: Replica) -> None:
         self.excluded |= {refused.index}
-        if len(self.excluded) == len(self.pool.replicas):
+        if not self.pool.usable(self.excluded):
             self.answer(502, error_body(f"no replica of {self.pool.alias!r} accepted a connection", "api_error",
                                          "replica_unreachable"))
         else:
@@ -225,7 +225,7 @@ class Exchange:
             replica.keep(conn, now)
         else:
             conn.close()
-        self.pool.release(replica)
+        self.pool.release(replica, answered_5xx=self.status >= 500)
         self.client.finished(not (self.to_close or body_left))
 
     # -- failures

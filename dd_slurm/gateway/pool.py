@@ -1,5 +1,9 @@
 """Backpressure and upstream connections: per-replica in-flight caps, the bounded per-alias FIFO
-queue with its wait timeout, and each replica's pool of idle keep-alive connections."""
+queue with its wait timeout, each replica's pool of idle keep-alive connections, and which
+replicas are in rotation: one is taken out when the supervisor says it is lost or restarting, when
+it stalled (an expendable one), or when `eject_after` consecutive connect failures or 5xx answers
+eject it (never the last replica in rotation); an ejected one comes back when the supervisor
+readmits it."""
 
 from __future__ import annotations
 
@@ -126,18 +130,27 @@ async def open_upstream(host: str, port: int) -> Upstream:
 class Replica:
     """A replica as the gateway tracks it: load, health, progress and idle connections."""
 
-    __slots__ = ("down_until", "host", "host_line", "idle", "index", "inflight", "port", "progress", "stats",
-                 "target")
+    __slots__ = ("down_until", "ejections", "failures", "host", "host_line", "idle", "index", "inflight", "out",
+                 "out_since", "port", "progress", "stats", "target")
 
     def __init__(self, target: ReplicaTarget, index: int) -> None:
-        self.target, self.index = target, index
-        self.host, self.port = target.host, target.port
-        self.host_line = b"host: %s:%d" % (self.host.encode(), self.port)
+        self.index = index
+        self.aim(target)
+        self.out = ""  # in rotation; else why not: lost, restarting, stalled, ejected
+        self.out_since = 0.0
+        self.failures = 0  # consecutive connect failures and 5xx answers
+        self.ejections = 0
         self.inflight = 0
         self.down_until = 0.0
         self.progress = 0.0  # last response byte, or when in-flight went from 0 to 1
         self.stats = Counters()
         self.idle: list[Upstream] = []
+
+    def aim(self, target: ReplicaTarget) -> None:
+        """Where its requests go (a replica restarted in place may listen on a new port)."""
+        self.target = target
+        self.host, self.port = target.host, target.port
+        self.host_line = b"host: %s:%d" % (self.host.encode(), self.port)
 
     def take_idle(self, now: float) -> Upstream | None:
         """The most recently used idle connection that is still good (the others are closed)."""
@@ -177,8 +190,10 @@ class AliasPool:
     """The replicas of one alias and the queue in front of them."""
 
     def __init__(self, alias: str, targets: Sequence[ReplicaTarget], queue_limit: int, queue_timeout_s: float,
-                 now: Callable[[], float]) -> None:
+                 now: Callable[[], float], eject_after: int = 0,
+                 changed: Callable[[], None] = lambda: None) -> None:
         self.alias = alias
+        self.eject_after, self.changed = eject_after, changed  # 0: never eject; `changed`: rotation changed
         self.replicas = [Replica(t, i) for i, t in enumerate(targets)]
         self.caps = [t.max_inflight for t in targets]
         self.queue_limit, self.queue_timeout_s, self.now = queue_limit, queue_timeout_s, now
@@ -189,7 +204,7 @@ class AliasPool:
     def _choose(self, excluded: frozenset[int]) -> Replica | None:
         now = self.now()
         loads = [r.inflight for r in self.replicas]
-        allowed = [r.index not in excluded for r in self.replicas]
+        allowed = [r.index not in excluded and not r.out for r in self.replicas]
         up = [a and r.down_until <= now for a, r in zip(allowed, self.replicas)]
         index = pick(loads, self.caps, up, self.cursor)
         if index is None and up != allowed:  # every candidate is cooling down: try one anyway
@@ -250,11 +265,50 @@ class AliasPool:
             if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
                 self.release(waiter.future.result())
 
-    def release(self, replica: Replica, failed: bool = False) -> None:
-        """The request on `replica` is over; `failed`: the replica could not be reached."""
+    def usable(self, excluded: frozenset[int]) -> bool:
+        """Whether a replica in rotation is left outside `excluded` (a request refused by the others)."""
+        return any(not r.out and r.index not in excluded for r in self.replicas)
+
+    def release(self, replica: Replica, failed: bool = False, answered_5xx: bool = False) -> None:
+        """The request on `replica` is over; `failed`: the replica could not be reached or sent no
+        response (skipped for a moment); `eject_after` of these or of 5xx answers in a row take it
+        out of rotation."""
         replica.inflight -= 1
         if failed:
             replica.down_until = self.now() + DOWN_COOLDOWN_S
+        if failed or answered_5xx:
+            replica.failures += 1
+            if self.eject_after and replica.failures >= self.eject_after and not replica.out:
+                self._eject(replica)
+        else:
+            replica.failures = 0
+        self.hand_out()
+
+    def _eject(self, replica: Replica) -> None:
+        if not any(r.out == "" and r is not replica for r in self.replicas):
+            return  # the last one in rotation stays: its alias would have nowhere to go
+        replica.ejections += 1
+        self.take_out(replica, "ejected")
+
+    def take_out(self, replica: Replica, why: str) -> None:
+        """Out of rotation (`why`): no new request goes to it; what it serves now finishes or fails."""
+        if replica.out == why:
+            return
+        replica.out, replica.out_since = why, self.now()
+        replica.close_idle()
+        self.changed()
+
+    def put_back(self, replica: Replica, target: ReplicaTarget | None = None) -> None:
+        """In rotation again (readmitted, or restarted at `target`); the queue's head may go to it."""
+        if target is not None and target != replica.target:
+            replica.close_idle()
+            replica.aim(target)
+        replica.out, replica.failures, replica.down_until = "", 0, 0.0
+        self.changed()
+        self.hand_out()
+
+    def hand_out(self) -> None:
+        """Free slots to the waiters in FIFO order, while there are both."""
         while self.waiters:
             head = self.waiters[0]
             if head.future.done():
@@ -269,4 +323,4 @@ class AliasPool:
             head.future.set_result(chosen)
 
     def stalled(self, now: float, timeout_s: float) -> list[Replica]:
-        return [r for r in self.replicas if r.inflight and now - r.progress >= timeout_s]
+        return [r for r in self.replicas if r.inflight and now - r.progress >= timeout_s and r.out != "stalled"]

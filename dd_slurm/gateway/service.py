@@ -8,6 +8,9 @@ What the supervisor watches:
   `window`: the last minute's requests and 2xx), on SIGTERM/SIGINT, on SIGUSR1, on a stall;
   `GET /_gateway/stats` answers the same document live.
 - SIGUSR2: drain (new requests 503, in-flight ones finish; state `draining`, then `drained`).
+- rotation (routes.py): the state file's `out` names every replica out of rotation, why (lost,
+  restarting, stalled, ejected), since when and how often it was ejected; rewritten when it changes.
+  A stall of an `expendable` replica takes it out (`stalled`) and the gateway serves on.
 - exit code: 0 after SIGTERM/SIGINT; EXIT_STALLED after a stall; EXIT_CONFIG for a bad config or
   a missing API key variable; EXIT_LISTEN when the address cannot be bound.
 """
@@ -50,7 +53,8 @@ class Service:
         self.config, self.clock = config, clock
         self.received = received  # stop signals recorded before the loop's own handlers were in place
         self.api_key = environ.get(config.api_key_var) if config.api_key_var else None
-        self.pools = {alias: AliasPool(alias, targets, config.queue_limit, config.queue_timeout_s, clock.monotonic)
+        self.pools = {alias: AliasPool(alias, targets, config.queue_limit, config.queue_timeout_s, clock.monotonic,
+                                       config.eject_after, self.rotation_changed)
                       for alias, targets in config.aliases.items()}
         self.started_at = clock.wall()
         self.state: dict = {}
@@ -94,8 +98,23 @@ class Service:
             log(f"error: stats_path: cannot write {self.config.stats_path} ({err.strerror})")
 
     def publish(self, state: str) -> None:
-        self.state.update(state=state, updated_at=self.clock.wall(), stalled=self.stalled)
+        self.state.update(state=state, updated_at=self.clock.wall(), stalled=self.stalled, out=self.out())
         write_json_atomic(Path(self.config.state_path), self.state, mode=0o644)
+
+    def out(self) -> dict[str, dict]:
+        """The replicas out of rotation: why, since when (wall seconds), how often ejected."""
+        since = self.clock.wall() - self.clock.monotonic()
+        return {r.target.name: {"why": r.out, "since": round(since + r.out_since, 3), "ejections": r.ejections}
+                for pool in self.pools.values() for r in pool.replicas if r.out}
+
+    def rotation_changed(self) -> None:
+        if not self.state:
+            return  # not serving yet: the first publish carries it
+        try:
+            self.publish(self.state["state"])
+        except OSError as err:
+            log(f"error: state_path: cannot write ({err.strerror})")
+        log("out of rotation: " + (", ".join(f"{n} ({o['why']})" for n, o in self.out().items()) or "none"))
 
     async def run(self) -> int:
         if self.config.api_key_var and not self.api_key:
@@ -134,19 +153,25 @@ class Service:
         watchdog = asyncio.ensure_future(self.watch(stop, stall)) if stall else None
         sweeper = asyncio.ensure_future(proxy.sweeping())
         writer = asyncio.ensure_future(self.stats_every(stop))
+        follower = asyncio.ensure_future(self.follow_routes(stop))
         await stop.wait()
         server.close()
         sweeper.cancel()
         writer.cancel()
+        follower.cancel()
         if watchdog:
             watchdog.cancel()
         for pool in self.pools.values():
             for replica in pool.replicas:
                 replica.close_idle()
         self.write_stats()
-        self.publish("stalled" if self.stalled else "stopped")
-        log("stalled: " + ", ".join(s["name"] for s in self.stalled) if self.stalled else "stopped")
-        return EXIT_STALLED if self.stalled else 0
+        fatal = [s for s in self.stalled if not self._expendable(s["name"])]
+        self.publish("stalled" if fatal else "stopped")
+        log("stalled: " + ", ".join(s["name"] for s in fatal) if fatal else "stopped")
+        return EXIT_STALLED if fatal else 0
+
+    def _expendable(self, name: str) -> bool:
+        return any(r.target.expendable for pool in self.pools.values() for r in pool.replicas if r.target.name == name)
 
     def drain(self) -> None:
         """The attempt is stopping (SIGUSR2): admit nothing new (503 with Retry-After), let what is
@@ -170,16 +195,28 @@ class Service:
             log(f"error: state_path: cannot write ({err.strerror})")
         log("drained: nothing in flight")
 
+    async def follow_routes(self, stop: asyncio.Event) -> None:
+        from dd_slurm.gateway.routes import POLL_S, Follower
+
+        follower = Follower(self.config.routes_path, self.pools.values(), log)
+        while not stop.is_set():
+            follower.poll()
+            await asyncio.sleep(POLL_S)
+
     async def watch(self, stop: asyncio.Event, timeout: float) -> None:
+        """Every replica with requests in flight and no progress for `timeout`: an expendable one
+        leaves rotation (the supervisor loses it); any other ends the gateway (EXIT_STALLED)."""
         interval = min(1.0, timeout / 4)
         while not stop.is_set():
             await asyncio.sleep(interval)
             now = self.clock.monotonic()
-            self.stalled = [{"alias": pool.alias, "deployment": r.target.deployment, "replica": r.target.replica,
-                             "name": r.target.name, "base_url": r.target.base_url, "inflight": r.inflight,
-                             "silent_s": round(now - r.progress, 3)}
-                            for pool in self.pools.values() for r in pool.stalled(now, timeout)]
-            if self.stalled:
+            found = [(pool, r) for pool in self.pools.values() for r in pool.stalled(now, timeout)]
+            self.stalled += [{"alias": pool.alias, "deployment": r.target.deployment, "replica": r.target.replica,
+                              "name": r.target.name, "base_url": r.target.base_url, "inflight": r.inflight,
+                              "silent_s": round(now - r.progress, 3)} for pool, r in found]
+            for pool, replica in found:
+                pool.take_out(replica, "stalled")
+            if any(not r.target.expendable for _pool, r in found):
                 stop.set()
 
 

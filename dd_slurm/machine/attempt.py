@@ -80,6 +80,7 @@ class Attempt:
     def note_success(self, _e: EventData) -> None: self.set_outcome("succeeded", "ok", None)
     def note_failure(self, e: EventData) -> None: self.set_outcome(**_failure_args(e))
     def note_late_failure(self, e: EventData) -> None: self.journal_internal(e)
+    def note_replica_event(self, e: EventData) -> None: self.journal_event(e)
 
     def set_outcome(self, outcome: str, reason: str, detail: Optional[str]) -> None:
         if self.outcome is None:
@@ -109,6 +110,15 @@ class Attempt:
     def journal_internal(self, e: EventData) -> None:
         args = _failure_args(e)
         self.journal.append("internal", self.state, self.state, e.event.name, ignored_reason=args["reason"])
+
+    def journal_event(self, e: EventData) -> None:
+        self.journal.append("event", self.state, self.state, e.event.name, **e.kwargs)
+
+    def replica_event(self, trigger: str, **fields: Any) -> None:
+        """A replica event (table.REPLICA_EVENTS) journaled in the current state; outside the states
+        where servers run it is not an event of this attempt and is dropped."""
+        if table.next_state(self.state, trigger) == self.state and trigger in table.REPLICA_TRIGGERS:
+            self.fire(trigger, **fields)
 
     # The driver.
     def step(self) -> str:

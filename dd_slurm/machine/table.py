@@ -64,7 +64,24 @@ FAILURES: tuple[Edge, ...] = tuple(
     Edge(FAILURE_TRIGGER, TERMINAL, None, action="note_late_failure", doc="ignored: the attempt has ended"),
 )
 
-EDGES: tuple[Edge, ...] = FORWARD + FAILURES
+# What happens to one replica while the servers run: recorded in the journal (kind `event`), never
+# an outcome. The attempt fails only when a deployment has fewer serving replicas than its
+# `min_replicas` (replicas_below_min), which the runtime raises as any other failure.
+REPLICA_STATES = ("deploying", "ready", "client")
+REPLICA_EVENTS: tuple[Edge, ...] = tuple(
+    Edge(trigger, state, None, action="note_replica_event", doc=doc)
+    for trigger, doc in (
+        ("lose_replica", "a replica's server exited, its step failed, it stalled or missed its ready deadline: "
+                         "out of its alias's pool (`lost`), its steps stopped"),
+        ("eject_replica", "the gateway took a replica out of rotation after `eject_after` consecutive "
+                          "connect failures or 5xx answers (`ejected`)"),
+        ("readmit_replica", "an ejected replica answered its health probe and proved ours again: back in rotation"),
+        ("restart_replica", "a lost replica started again in place (`restarting`, then `serving` once ready)"),
+    )
+    for state in REPLICA_STATES
+)
+
+EDGES: tuple[Edge, ...] = FORWARD + FAILURES + REPLICA_EVENTS
 
 # Each state's entry work, in order. The deployment steps are launched held beside the preflight
 # and released once it passed; the gateway starts while the servers load and is given its routes
@@ -81,7 +98,8 @@ NEXT_TRIGGER: dict[str, str] = {edge.source: edge.trigger for edge in FORWARD}
 TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(edge.trigger for edge in EDGES))
 
 # The machine's own bookkeeping actions; every other guard and action name is work the runtime supplies.
-MACHINE_ACTIONS: frozenset[str] = frozenset({"note_success", "note_failure", "note_late_failure"})
+MACHINE_ACTIONS: frozenset[str] = frozenset({"note_success", "note_failure", "note_late_failure", "note_replica_event"})
+REPLICA_TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(e.trigger for e in REPLICA_EVENTS))
 
 
 def _runtime_names() -> tuple[str, ...]:

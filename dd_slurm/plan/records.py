@@ -81,15 +81,15 @@ class Deployment:
     health_path: str = attrs.field(default="/health", validator=_v(checks.health_path))
     ready_timeout_s: float = attrs.field(default=600.0, validator=_v(_positive))
     env: Env = attrs.field(factory=Env)
+    # The attempt goes on while this many replicas are not lost (null: all of them, the default).
     min_replicas: Optional[int] = attrs.field(default=None, validator=_v(_opt(checks.between(1, checks.MAX_REPLICAS))))
     restart: Optional[Restart] = None
     container: Any = attrs.field(default=None, validator=_v(checks.not_yet("containers")))
     weights: Any = attrs.field(default=None, validator=_v(checks.not_yet("weights staging")))
 
     def __attrs_post_init__(self) -> None:
-        if self.min_replicas is not None and self.min_replicas != self.replicas:
-            raise fields.FieldError(f"{self.min_replicas} is not supported yet by this dd-slurm (any lost replica fails "
-                                    f"the attempt); leave it null or {self.replicas}", ".min_replicas")
+        if self.min_replicas is not None and self.min_replicas > self.replicas:
+            raise fields.FieldError(f"{self.min_replicas} is more than replicas ({self.replicas})", ".min_replicas")
         if self.nodes > 1 and self.follower_argv is None:
             raise fields.FieldError("required when nodes > 1", ".follower_argv")
         if self.nodes == 1 and self.follower_argv is not None:
@@ -130,7 +130,7 @@ class Gateway:
     idle_timeout_s: float = attrs.field(default=120.0, validator=_v(_positive))
     max_connections: int = attrs.field(default=4096, validator=_v(checks.between(1, checks.MAX_QUEUE)))
     drain_s: float = attrs.field(default=30.0, validator=_v(checks.between(0, checks.MAX_SECONDS)))
-    eject_after: Optional[int] = attrs.field(default=None, validator=_v(checks.not_yet("replica ejection")))
+    eject_after: int = attrs.field(default=3, validator=_v(checks.between(1, checks.MAX_QUEUE)))
 
 
 @attrs.frozen

@@ -17,6 +17,7 @@ from dd_slurm.runtime import gateway_step, verify, waits
 from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import endpoint_map, publish
+from dd_slurm.runtime.fleet import Fleet, identity_prover
 from dd_slurm.runtime.node.stepexec import probe_answer, read_json
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
@@ -59,8 +60,11 @@ class RuntimeActions:
     learn on the way (ports, deadlines, the gateway's address)."""
 
     def __init__(self, session: Session, verified_bundle: Optional[tuple[str, str]] = None,
-                 local_probe: Callable[[dict, str, Mapping[str, str]], dict] = probe_answer) -> None:
+                 local_probe: Callable[[dict, str, Mapping[str, str]], dict] = probe_answer,
+                 replica_event: Callable[..., None] = lambda trigger, **fields: None) -> None:
         self.session = session
+        self.replica_event = replica_event  # the attempt's: journals a replica event (table.REPLICA_EVENTS)
+        self._fleet: Optional[Fleet] = None
         self._readiness: Optional[Readiness] = None  # created by ensure_readiness, once prepared
         self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order (held until released)
         self.released = False  # whether release_deployments has let the held steps go on
@@ -180,9 +184,9 @@ class RuntimeActions:
     # deploying -> ready
     def deployments_ready(self) -> bool:
         """Every round: probe all waiting replicas side by side; confirm the identity of all that
-        answered healthy in one on-node step; fail a replica past its deadline."""
+        answered healthy in one on-node step; lose (or fail on) a replica past its deadline."""
         s, p = self.session, self.session.prepared
-        waiting = [u for u in p.placement if self.readiness.state(u.name) != "ready"]
+        waiting = [u for u in p.placement if self.readiness.state(u.name) != "ready" and not self.fleet.lost(u.name)]
         cleanup_module()  # imported while the servers load (the supervisor waits anyway), not before they start
         if waiting:
             with ThreadPoolExecutor(PROBE_THREADS) as pool:
@@ -197,8 +201,9 @@ class RuntimeActions:
             healthy = self._healthy(waiting, pool)
             self._confirm_identities(healthy, pool)
             done = {u.name for u in healthy}
-            waiting[:] = [u for u in waiting if u.name not in done]
+            waiting[:] = [u for u in waiting if u.name not in done and not self.fleet.lost(u.name)]
             self._past_deadline(waiting)
+            waiting[:] = [u for u in waiting if not self.fleet.lost(u.name)]
         return None if waiting else True
 
     def _past_deadline(self, waiting: list[Placed]) -> None:
@@ -207,6 +212,9 @@ class RuntimeActions:
         if late is not None:
             timeout = self.session.deployment(late.deployment).ready_timeout_s
             probe = probe_summary(self.readiness.last_probe(late.name)) or "no probe answered"
+            if self.session.deployment(late.deployment).min_replicas is not None:
+                self.fleet.lose(late.name, "readiness_timeout", f"not healthy within {timeout:g}s (last probe: {probe})")
+                return
             self.readiness.move(late.name, "failed", detail=f"not healthy before ready_timeout_s (last probe: {probe})")
             raise AttemptFailure("readiness_timeout", f"{late.name} not healthy within {timeout:g}s (last probe: "
                                  f"{probe}); see {files.log_ref(files.deploy_step(late.name))}", outcome="timed_out")
@@ -220,7 +228,10 @@ class RuntimeActions:
                                               p.runner.entry, s.dir / files.GATEWAY_CONFIG))
 
     def route_gateway(self) -> None:
+        """The routes first (lost replicas out of rotation from the gateway's first request), then
+        its config: every replica whose address is known."""
         p = self.session.prepared
+        self.fleet.serve([u.name for u in p.placement])
         gateway_step.write_config(p.plan, p.placement, self.replica_urls(), self.session.dir)
 
     def gateway_serving(self) -> bool:
@@ -287,7 +298,7 @@ class RuntimeActions:
         """A released deployment step that exited, or a gateway that ended, is a failure now. Held
         steps count once released: before, the probe's and the preflight's verdicts come first."""
         if self.released:
-            waits.check_steps_alive(self.session, self.started, self.readiness)
+            self.fleet.check()
         waits.check_gateway_alive(self.session)
 
     def _signal_or_exit(self) -> None:
@@ -304,6 +315,19 @@ class RuntimeActions:
         if self._readiness is None:
             self._readiness = Readiness.new(self.session.dir, self.session.attempt_id, self.session.readiness_entries())
         return self._readiness
+
+    @property
+    def fleet(self) -> Fleet:
+        """The replicas while they serve (runtime/fleet.py), once prepared."""
+        if self._fleet is None:
+            self._fleet = Fleet(self.session, self.readiness, self.started, self.ports, self.replica_event,
+                                lambda: self.publish("ready" if self.gateway_base else "planned"),
+                                identity_prover(self.session, self.ports, self._next_identity_batch))
+        return self._fleet
+
+    def _next_identity_batch(self) -> str:
+        self._identity_batches += 1
+        return f"identity-{self._identity_batches}"
 
     @property
     def readiness(self) -> Readiness:
@@ -329,8 +353,9 @@ class RuntimeActions:
         """endpoints.json from what is known now; with `gateway_base` set, each alias's `url` is
         the gateway's (endpoints.logical_url)."""
         p = self.session.prepared
+        states = self._fleet.states if self._fleet is not None else {}
         publish(self.session.dir / files.ENDPOINTS,
-                endpoint_map(p.plan, p.placement, self.replica_urls(), state, self.gateway_base))
+                endpoint_map(p.plan, p.placement, self.replica_urls(), state, self.gateway_base, states))
 
     def _healthy(self, waiting: list[Placed], pool: Executor) -> list[Placed]:
         """The waiting replicas whose port is known and whose health path answers now (all probed
@@ -370,9 +395,8 @@ class RuntimeActions:
         """Ready once proven ours (replica_checks.unproven, one on-node step for all); else server_identity."""
         if not units:
             return
-        self._identity_batches += 1
         try:
-            failed = unproven(self.session, units, self.ports, pool, f"identity-{self._identity_batches}")
+            failed = unproven(self.session, units, self.ports, pool, self._next_identity_batch())
         except ValueError as err:
             raise AttemptFailure("launch_failed", str(err)) from None
         if failed is not None:

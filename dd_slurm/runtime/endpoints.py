@@ -22,13 +22,15 @@ def logical_url(alias: str, replicas: tuple[ReplicaEndpoint, ...], gateway_base:
 
 
 def endpoint_map(plan: Plan, placement: tuple[Placed, ...], base_urls: Mapping[str, Optional[str]], state: str,
-                 gateway_base: Optional[str] = None) -> Endpoints:
-    """`base_urls`: replica name -> its base URL (None while its port is unknown)."""
+                 gateway_base: Optional[str] = None, replica_states: Mapping[str, str] = {}) -> Endpoints:
+    """`base_urls`: replica name -> its base URL (None while its port is unknown);
+    `replica_states`: replica name -> serving, ejected or lost (absent: null, not serving yet)."""
     replicas: dict[str, list[ReplicaEndpoint]] = {}
     aliases = {d.name: d.model_alias for d in plan.deployments}
     for unit in placement:
         replicas.setdefault(aliases[unit.deployment], []).append(
-            ReplicaEndpoint(deployment=unit.deployment, replica=unit.replica, base_url=base_urls.get(unit.name)))
+            ReplicaEndpoint(deployment=unit.deployment, replica=unit.replica, base_url=base_urls.get(unit.name),
+                            state=replica_states.get(unit.name)))
     models = {alias: ModelEndpoint(url=logical_url(alias, tuple(listed), gateway_base), replicas=tuple(listed))
               for alias, listed in replicas.items()}
     return Endpoints(schema=SCHEMA, state=state, models=models)

@@ -36,10 +36,12 @@ def write_config(plan: Plan, placement: tuple[Placed, ...], urls: dict[str, str]
     aliases = {d.name: d.model_alias for d in plan.deployments}
     models: dict[str, list[dict]] = {}
     for unit in placement:
-        models.setdefault(aliases[unit.deployment], []).append(
-            {"deployment": unit.deployment, "replica": unit.replica, "base_url": urls[unit.name]})
+        if unit.name in urls:  # a replica lost before its port was known has none
+            models.setdefault(aliases[unit.deployment], []).append(
+                {"deployment": unit.deployment, "replica": unit.replica, "base_url": urls[unit.name]})
+    expendable = frozenset(d.name for d in plan.deployments if d.min_replicas is not None and d.min_replicas < d.replicas)
     config = for_attempt(str(attempt_dir), models, {d.name: d.max_inflight for d in plan.deployments},
-                         plan.gateway, plan.client.env.api_key_var)
+                         plan.gateway, plan.client.env.api_key_var, expendable=expendable)
     path = attempt_dir / files.GATEWAY_CONFIG
     write_atomic(path, dump(config))
     return path

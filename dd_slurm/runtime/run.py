@@ -100,7 +100,9 @@ def _supervise(attempt_dir: Path, bundle_digest: str, plan_digest: str, until: O
                                  FACTS_DELAY_S)
     write_supervisor_record(session.dir, "running")
     try:
-        attempt = Attempt(RuntimeActions(session, verified_bundle), Journal(session.dir, clock))
+        actions = RuntimeActions(session, verified_bundle)
+        attempt = Attempt(actions, Journal(session.dir, clock))
+        actions.replica_event = attempt.replica_event  # a replica's loss, ejection, readmission: journal events
         if attempt.state in table.LIVE_STATES:  # a gone supervisor's processes cannot be adopted
             attempt.fire(table.FAILURE_TRIGGER, outcome="failed", reason="supervisor_restarted",
                          detail=f"a new supervisor found the attempt in {attempt.state}; its processes are not adoptable")

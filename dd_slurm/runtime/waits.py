@@ -6,19 +6,16 @@ or the gateway that ended is a failure at once, not at a deadline."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Optional, TypeVar, Union
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import gateway_step
-from dd_slurm.runtime.replicas import exit_reason
 from dd_slurm.store import attempt_files as files
 
 if TYPE_CHECKING:
     from dd_slurm.clock import Clock
     from dd_slurm.runtime.session import Session
-    from dd_slurm.runtime.step_specs import StepSpec
-    from dd_slurm.store.readiness import Readiness
 
 T = TypeVar("T")
 EXIT_POLL_S = 0.01  # waiting for one process to exit or to serve: a poll is one waitpid or one small read
@@ -79,20 +76,6 @@ def wait_in_thread(session: Session, work: Callable[[], T], deadline: Optional[f
     worker.start()
     wait_until(lambda: None if worker.is_alive() else True, deadline, session.clock, poll, check=session.gate.check)
     return found[0] if found else None
-
-
-def check_steps_alive(session: Session, started: Mapping[str, StepSpec], readiness: Readiness) -> None:
-    """A released deployment step that exited is a failure now. When a follower and its leader are
-    both gone, the follower is the cause (the leader exits on losing a rank)."""
-    if not [n for n in started if session.table.poll(n) is not None]:  # polls every step
-        return
-    wait_for_signal(session)
-    exited = [started[n] for n in started if session.table.poll(n) is not None]
-    spec = next((step for step in exited if step.rank > 0), exited[0])
-    code = session.table.procs[spec.name].exit_code
-    reason = exit_reason(session.prepared.runner.started(spec.name), spec, readiness.state(spec.unit) == "ready")
-    readiness.move(spec.unit, "failed", detail=f"{spec.name} exited {code}")
-    raise AttemptFailure(reason, f"{spec.name} exited {code}; see {files.log_ref(spec.name)}")
 
 
 def check_gateway_alive(session: Session, wait_s: float = 0.0) -> None:

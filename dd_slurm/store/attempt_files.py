@@ -8,7 +8,7 @@ ATTEMPT_DIR/
   journal.jsonl            the state machine's transitions
   supervisor.json          who supervises the attempt; supervisor.lock (+ .takeover) its lock
   readiness.json endpoints.json processes.json cleanup.json result-manifest.json
-  gateway.json gateway-state.json gateway-stats.json timeline.md
+  gateway.json gateway-state.json gateway-stats.json gateway-routes.json timeline.md
   results/                 the client's output
   logs/                    batch-<job id>.out (the batch script's output) and <step>.log
   steps/                   <step>.json (spec), <step>.started.json (what the launcher recorded),
@@ -41,6 +41,7 @@ RESULT_MANIFEST = "result-manifest.json"
 GATEWAY_CONFIG = "gateway.json"
 GATEWAY_STATE = "gateway-state.json"
 GATEWAY_STATS = "gateway-stats.json"
+GATEWAY_ROUTES = "gateway-routes.json"  # the supervisor's word on each replica: serving, lost, restarting
 TIMELINE = "timeline.md"
 RESULTS_DIR = "results"
 LOGS_DIR = "logs"

@@ -2,7 +2,10 @@
 replicas behind it, published atomically (mode 0644: the client reads it).
 
 {"schema": 2, "state": "planned" | "ready" | "withdrawn",
- "models": {ALIAS: {"url": str | null, "replicas": [{"deployment", "replica", "base_url"}]}}}
+ "models": {ALIAS: {"url": str | null, "replicas": [{"deployment", "replica", "base_url", "state"}]}}}
+
+A replica's `state` is serving, ejected, restarting or lost once the gateway routes to it, null
+before; rewritten whenever it changes.
 
 While `planned` (before launch, for the preflight) a replica whose port is chosen at launch has
 `base_url` null, and `url` is null until it can be known.
@@ -21,6 +24,7 @@ from dd_slurm.store.converter import CONVERTER, choice, mapping_of, read_record_
 
 SCHEMA = 2
 STATES = ("planned", "ready", "withdrawn")
+REPLICA_STATES = ("serving", "ejected", "restarting", "lost")
 
 
 @attrs.frozen(kw_only=True)
@@ -30,6 +34,7 @@ class ReplicaEndpoint:
     deployment: str
     replica: int
     base_url: Optional[str]
+    state: Optional[str] = None
 
 
 @attrs.frozen(kw_only=True)
@@ -47,7 +52,7 @@ class Endpoints:
     models: Mapping[str, ModelEndpoint]
 
 
-register_record(ReplicaEndpoint)
+register_record(ReplicaEndpoint, state=lambda v, t: None if v is None else choice(*REPLICA_STATES)(v, t))
 register_record(ModelEndpoint)
 register_record(Endpoints, schema=choice(SCHEMA), state=choice(*STATES), models=mapping_of(ModelEndpoint))
 

@@ -8,7 +8,9 @@
 One entry per replica, keyed `<deployment>-<replica>`; `port` and `base_url` are null until an
 automatic port is published at launch.
 S moves pending -> starting -> ready -> stopped, or to failed from any live state; failed and
-stopped are final. `endpoints` moves unpublished -> published -> withdrawn (or straight to withdrawn).
+stopped are final. A replica its deployment may lose (min_replicas) moves starting or ready -> lost,
+which cleanup leaves as it is (and a restart in place moves lost -> starting).
+`endpoints` moves unpublished -> published -> withdrawn (or straight to withdrawn).
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from dd_slurm.store.converter import (
 SCHEMA = 2
 MOVES = {
     "pending": {"starting", "failed", "stopped"},
-    "starting": {"ready", "failed", "stopped"},
-    "ready": {"failed", "stopped"},
+    "starting": {"ready", "failed", "stopped", "lost"},
+    "ready": {"failed", "stopped", "lost"},
+    "lost": {"starting"},
     "failed": set(),
     "stopped": set(),
 }
 ENDPOINT_MOVES = {"unpublished": {"published", "withdrawn"}, "published": {"withdrawn"}, "withdrawn": set()}
-FINAL = {"failed", "stopped"}
+FINAL = {"failed", "stopped", "lost"}
 
 
 @attrs.frozen(kw_only=True)

@@ -27,6 +27,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--until-signalled", action="store_true",
                    help="keep writing records (a 503 is waited out) until SIGTERM, SIGINT or SIGUSR1; then exit 0")
     p.add_argument("--torn-tail", action="store_true", help="with --until-signalled: end with half a line")
+    p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once (each record once)")
+    p.add_argument("--retries", type=int, default=0,
+                   help="retry a request answered 502/503 or not answered, as the Data Designer client does")
     p.add_argument("--metrics-out", default=None,
                    help="with --until-signalled: after 5 records, GET the gateway's /metrics with the key into this "
                         "file, and the status it answers without the key into FILE.without-key")
@@ -102,6 +105,43 @@ def chat(base_url: str, alias: str, prompt: str, key: str | None = None) -> str:
     return reply["choices"][0]["message"]["content"]
 
 
+def chat_retrying(base_url: str, alias: str, prompt: str, key: str | None, retries: int) -> str:
+    """`chat`, again after a 502/503 or a broken connection, up to `retries` more times."""
+    import urllib.error
+
+    for attempt in range(retries + 1):
+        try:
+            return chat(base_url, alias, prompt, key)
+        except urllib.error.HTTPError as err:
+            if err.code not in (502, 503) or attempt == retries:
+                raise
+        except (ConnectionError, urllib.error.URLError):
+            if attempt == retries:
+                raise
+        time.sleep(min(2.0, 0.1 * 2 ** attempt))
+    raise AssertionError("unreachable")
+
+
+def write_records(args: argparse.Namespace, endpoints: dict[str, str | None]) -> None:
+    """`--records` per alias, `--concurrency` at once; each record written once, when answered."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    key, lock = os.environ.get(args.api_key_env), threading.Lock()
+    with open(args.out, "w") as out:
+        def one(job: tuple[str, str, int]) -> None:
+            alias, url, index = job
+            text = chat_retrying(url, alias, f"record {index}", key, args.retries)
+            record = {"alias": alias, "index": index, "text": text}
+            with lock:
+                out.write(json.dumps(record if args.tag is None else {**record, "tag": args.tag}) + "\n")
+
+        jobs = [(alias, cast(str, url), index) for alias, url in sorted(endpoints.items()) for index in range(args.records)]
+        with ThreadPoolExecutor(max(1, args.concurrency)) as pool:
+            for _ in pool.map(one, jobs):
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     time.sleep(args.sleep)
@@ -113,13 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(3600)
     if args.until_signalled:
         return until_signalled(args, endpoints)
-    with open(args.out, "w") as out:
-        key = os.environ.get(args.api_key_env)
-        for alias, url in sorted(endpoints.items()):
-            for index in range(args.records):
-                text = chat(cast(str, url), alias, f"record {index}", key)  # a URL unless --preflight
-                record = {"alias": alias, "index": index, "text": text}
-                out.write(json.dumps(record if args.tag is None else {**record, "tag": args.tag}) + "\n")
+    write_records(args, endpoints)
     print(f"wrote {args.records * len(endpoints)} records", flush=True)
     return args.exit_code
 

@@ -253,7 +253,8 @@ class ModelServer(ThreadingHTTPServer):
             number = self.requests
             if self.args.request_log:
                 prompt = prompt_of(body)
-                line = json.dumps({"n": number, "path": path, "prompt_sha256": hashlib.sha256(
+                line = json.dumps({"n": number, "role": os.environ.get("DD_SLURM_ROLE"), "path": path,
+                                   "prompt_sha256": hashlib.sha256(
                     prompt.encode()).hexdigest(), "prompt": prompt[:200], "t": time.time()}) + "\n"
                 with open(self.args.request_log, "a") as handle:
                     handle.write(line)

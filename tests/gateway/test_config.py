@@ -85,15 +85,16 @@ def test_for_attempt_builds_from_the_endpoint_replicas_and_the_plan_settings() -
     object give the config, with the state and stats files in the attempt dir."""
     class PlanGateway:
         queue_limit, queue_timeout_s, stall_timeout_s = 4, 2, None
-        header_timeout_s, idle_timeout_s, max_connections = 3, 7, 9
+        header_timeout_s, idle_timeout_s, max_connections, eject_after = 3, 7, 9, 5
 
     models = {"m": [{"deployment": "d", "replica": 0, "base_url": "http://10.0.0.1:8000/v1"},
                     {"deployment": "d", "replica": 1, "base_url": "http://10.0.0.1:8001/v1"}]}
-    config = for_attempt("/ws/a", models, {"d": 2}, PlanGateway(), "DD_KEY")
+    config = for_attempt("/ws/a", models, {"d": 2}, PlanGateway(), "DD_KEY", expendable=frozenset({"d"}))
     assert (config.aliases["m"][1], config.state_path, config.stats_path, config.queue_limit, config.stall_timeout_s,
-            config.api_key_var) == (ReplicaTarget("d", 1, "http://10.0.0.1:8001/v1", 2), "/ws/a/gateway-state.json",
+            config.api_key_var) == (ReplicaTarget("d", 1, "http://10.0.0.1:8001/v1", 2, True), "/ws/a/gateway-state.json",
                                     "/ws/a/gateway-stats.json", 4, None, "DD_KEY")
-    assert (3.0, 7.0, 9) == (config.header_timeout_s, config.idle_timeout_s, config.max_connections)
+    assert (3.0, 7.0, 9, 5, "/ws/a/gateway-routes.json") == (
+        config.header_timeout_s, config.idle_timeout_s, config.max_connections, config.eject_after, config.routes_path)
     assert config == load(dump(config).decode())
     assert (1024, 30.0, 300.0) == (lambda c: (c.queue_limit, c.queue_timeout_s, c.stall_timeout_s))(
         for_attempt("/ws/a", models, {}))

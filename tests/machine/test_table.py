@@ -25,6 +25,9 @@ EXPECTED = {
        ("staged", "verified", "preflight", "deploying", "ready", "client", "finalize")},
     ("cleanup", "fail"): "cleanup",
     ("done", "fail"): "done",
+    # a replica's events while servers run: journaled, the state stays
+    **{(state, event): state for state in ("deploying", "ready", "client")
+       for event in ("lose_replica", "eject_replica", "readmit_replica", "restart_replica")},
 }
 PAIRS = list(itertools.product(table.STATES, table.TRIGGERS))
 
@@ -48,6 +51,21 @@ def test_every_state_trigger_pair(tmp_path, clock, state: str, trigger: str) -> 
     else:
         attempt.fire(trigger, reason="test")
         assert expected == attempt.state
+
+
+def test_a_replica_event_is_journaled_and_changes_nothing_else(tmp_path, clock) -> None:
+    """A lost replica while the client runs is a journal event (kind `event`, with its fields),
+    not a transition: the state, the outcome and the next trigger are unchanged. Outside the
+    states where servers run the same event is dropped, not an error."""
+    attempt = Attempt(ScriptedActions(), Journal(tmp_path, clock), state="client")
+    attempt.replica_event("lose_replica", replica="m-1", reason="server_crashed")
+    entry = attempt.journal.entries()[-1]
+    assert (("client", None), ("event", "client", "client", "lose_replica", "m-1", "server_crashed")) == (
+        (attempt.state, attempt.outcome),
+        (entry["kind"], entry["from"], entry["to"], entry["trigger"], entry["replica"], entry["reason"]))
+    done = Attempt(ScriptedActions(), Journal(tmp_path / "x", clock), state="finalize")
+    done.replica_event("lose_replica", replica="m-1")
+    assert [] == done.journal.entries()
 
 
 def test_table_helper_agrees_with_the_oracle() -> None:

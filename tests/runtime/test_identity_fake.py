@@ -48,7 +48,7 @@ def test_three_replicas_with_automatic_ports_and_keys(tmp_path, fake_slurm) -> N
     endpoints = read(staged.attempt_dir, "endpoints.json")
     gateway = read(staged.attempt_dir, "gateway-state.json")
     assert {"small-model": {"url": f"http://127.0.0.1:{gateway['port']}/small-model/v1", "replicas": [
-        {"deployment": "small", "replica": k, "base_url": urls[k]} for k in range(3)]}} == endpoints["models"]
+        {"deployment": "small", "replica": k, "base_url": urls[k], "state": "serving"} for k in range(3)]}} == endpoints["models"]
     readiness = read(staged.attempt_dir, "readiness.json")["deployments"]
     assert {f"small-{k}": ("stopped", started[k]["port"], [urls[k]]) for k in range(3)} == \
         {name: (r["state"], r["port"], r["ready"]) for name, r in readiness.items()}

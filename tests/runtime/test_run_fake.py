@@ -43,7 +43,7 @@ def test_two_node_deployment_with_follower_and_a_second_deployment(tmp_path, fak
                                                              set(endpoints["models"]))
     gateway = read(staged.attempt_dir, "gateway-state.json")
     assert {"url": f"http://127.0.0.1:{gateway['port']}/big-model/v1",
-            "replicas": [{"deployment": "big", "replica": 0, "base_url": big_url}]} == \
+            "replicas": [{"deployment": "big", "replica": 0, "base_url": big_url, "state": "serving"}]} == \
         endpoints["models"]["big-model"]
     assert [] == no_leftovers(staged.attempt_id)
 
