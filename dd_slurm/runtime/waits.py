@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Optional, TypeVar, Union
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import gateway_step
-from dd_slurm.store import attempt_files as files
 
 if TYPE_CHECKING:
     from dd_slurm.clock import Clock
