@@ -20,9 +20,12 @@ def attempt_line(attempt: dict[str, Any]) -> str:
 def history_lines(history: list[dict[str, Any]]) -> list[str]:
     lines = []
     for entry in history:
-        arrow = f"{entry['from']} -> {entry['to']}" if entry["kind"] == "transition" else f"{entry['from']} (ignored)"
+        kind = entry["kind"]
+        arrow = f"{entry['from']} -> {entry['to']}" if kind == "transition" else \
+            f"{entry['from']} ({'replica' if kind == 'event' else 'ignored'})"
         why = entry.get("reason") or entry.get("ignored_reason")
-        lines.append(f"  {entry['time']}  {arrow:24} {entry['trigger']}" + (f"  [{why}]" if why else ""))
+        what = f"{entry['trigger']} {entry.get('replica', '')}".rstrip() if kind == "event" else entry["trigger"]
+        lines.append(f"  {entry['time']}  {arrow:24} {what}" + (f"  [{why}]" if why else ""))
     return lines
 
 

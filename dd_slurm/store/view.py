@@ -84,7 +84,7 @@ def checked_journal(path: Path) -> list[dict[str, Any]]:
     except UnicodeDecodeError as err:
         raise AttemptDirError(f"{path}: not UTF-8 text (byte {err.start})") from None
     for number, entry in enumerate(entries, 1):
-        if not isinstance(entry, dict) or entry.get("kind") not in ("transition", "internal"):
+        if not isinstance(entry, dict) or entry.get("kind") not in ("transition", "internal", "event"):
             raise AttemptDirError(f"{path}:{number}: not a journal entry")
         if entry.get("from") not in table.STATES or entry.get("to") not in table.STATES:
             raise AttemptDirError(f"{path}:{number}: unknown state {str(entry.get('to'))[:40]!r}")

@@ -97,6 +97,18 @@ CELLS = [
     Cell("replica_stalls", "client", "replicas",
          both(dep_args(0, "--stall-after-requests", "0", "--faults-for", "deploy-small-1"),
               setting(("gateway",), {"stall_timeout_s": 1.5})), ("failed", "server_stalled")),
+    # The same with min_replicas below replicas: the replica is lost and the attempt goes on; or,
+    # with none to spare, it fails replicas_below_min.
+    Cell("replica_crashes_tolerated", "client", "replicas",
+         both(dep_args(0, "--crash-after-s", "2", "--faults-for", "deploy-small-1"), SLOW_CLIENT,
+              setting(("deployments", 0, "min_replicas"), 2)), ("succeeded", "ok")),
+    Cell("replica_stalls_tolerated", "client", "replicas",
+         both(dep_args(0, "--stall-after-requests", "0", "--faults-for", "deploy-small-1"), client_args("--retries", "3"),
+              setting(("gateway",), {"stall_timeout_s": 1.5}), setting(("deployments", 0, "min_replicas"), 2)),
+         ("succeeded", "ok")),
+    Cell("replica_crashes_below_min", "client", "replicas",
+         both(dep_args(0, "--crash-after-s", "2", "--faults-for", "deploy-small-1"), SLOW_CLIENT,
+              setting(("deployments", 0, "min_replicas"), 3)), ("failed", "replicas_below_min")),
     Cell("sigterm_during_cleanup", "cleanup", "single-node",
          both(dep_args(0, "--ignore-sigterm-s", "30"), client_args("--exit-code", "3")), ("failed", "client_failed"),
          action="sigterm"),
@@ -132,6 +144,10 @@ def check_cell_aftermath(attempt_dir: Path, cell: Cell, leftovers: list) -> None
     assert {p["name"] for p in tracked} == {p.name for p in report.processes}
     assert all(p["exit_code"] is not None for p in json.loads((attempt_dir / "processes.json").read_text())["processes"])
     assert [] == leftovers, leftovers
+    if cell.fault.startswith("replica_") and cell.expected != ("failed", "server_crashed") and \
+            cell.expected != ("failed", "server_stalled"):
+        losses = [(e["trigger"], e["replica"]) for e in entries if e["kind"] == "event"]
+        assert [("lose_replica", "small-1")] == losses, entries
     if cell.fault == "sigterm_during_cleanup":
         assert ["sigterm"] == [e.get("ignored_reason") for e in entries if e["kind"] == "internal"
                                and e.get("ignored_reason")]
