@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from dd_slurm.gateway.pool import OUT_REASONS
+
 PREFIX = "dd_slurm_gateway_"
 LATENCY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -19,7 +21,7 @@ FAMILIES = (  # name, type, help
     ("replica_responses_total", "counter", "Responses from each replica, by status class."),
     ("replica_inflight", "gauge", "Requests in flight at each replica."),
     ("replicas", "gauge", "Replicas of each model alias, by state."),
-    ("replica_events_total", "counter", "Replicas ejected, lost or restarted (none: this gateway does neither yet)."),
+    ("replica_events_total", "counter", "Replicas taken out of rotation (ejected, stalled, lost) or back after a restart."),
     ("refused_draining_total", "counter", "Requests refused while the gateway drained at the attempt's stop."),
 )
 
@@ -49,9 +51,11 @@ def samples(pools: Iterable, refused_draining: int) -> dict[str, list[str]]:
                 f"{PREFIX}rejected_total{_labels(alias=alias, cause=cause)} {stats.errors.get(cause, 0)}")
         out["queue_length"].append(f"{PREFIX}queue_length{_labels(alias=alias)} {len(pool.waiters)}")
         out["request_duration_seconds"] += _histogram(alias, stats.latency)
-        out["replicas"].append(f"{PREFIX}replicas{_labels(alias=alias, state='serving')} {len(pool.replicas)}")
-        for event in ("ejected", "lost", "restarted"):
-            out["replica_events_total"].append(f"{PREFIX}replica_events_total{_labels(alias=alias, event=event)} 0")
+        for state in ("serving", *OUT_REASONS):
+            count = sum(1 for r in pool.replicas if r.out == ("" if state == "serving" else state))
+            out["replicas"].append(f"{PREFIX}replicas{_labels(alias=alias, state=state)} {count}")
+        for event, count in pool.events.items():
+            out["replica_events_total"].append(f"{PREFIX}replica_events_total{_labels(alias=alias, event=event)} {count}")
         for replica in pool.replicas:
             where = {"alias": alias, "deployment": replica.target.deployment, "replica": replica.target.replica}
             out["replica_requests_total"].append(f"{PREFIX}replica_requests_total{_labels(**where)} "

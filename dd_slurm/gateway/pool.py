@@ -21,6 +21,8 @@ from dd_slurm.gateway.stats import Counters
 DOWN_COOLDOWN_S = 1.0  # a replica that refused a connection is skipped this long, unless all are
 IDLE_MAX_S = 2.0  # idle upstream connections older than this are dropped (uvicorn closes at 5 s)
 READ_LIMIT = 1 << 16
+OUT_REASONS = ("ejected", "stalled", "lost", "restarting")  # why a replica is out of rotation
+EVENTS = ("ejected", "stalled", "lost", "restarted")
 
 
 class Reading(asyncio.BufferedProtocol):
@@ -200,6 +202,7 @@ class AliasPool:
         self.waiters: deque[Waiter] = deque()
         self.cursor = 0
         self.stats = Counters()
+        self.events = dict.fromkeys(EVENTS, 0)  # replicas taken out (by why) and put back after a restart
 
     def _choose(self, excluded: frozenset[int]) -> Replica | None:
         now = self.now()
@@ -295,11 +298,14 @@ class AliasPool:
         if replica.out == why:
             return
         replica.out, replica.out_since = why, self.now()
+        self.events[why] = self.events.get(why, 0) + 1
         replica.close_idle()
         self.changed()
 
     def put_back(self, replica: Replica, target: ReplicaTarget | None = None) -> None:
         """In rotation again (readmitted, or restarted at `target`); the queue's head may go to it."""
+        if replica.out in ("lost", "restarting"):
+            self.events["restarted"] += 1
         if target is not None and target != replica.target:
             replica.close_idle()
             replica.aim(target)

@@ -137,3 +137,20 @@ def test_parse_never_raises_anything_but_value_error(text) -> None:
         parse(text, ["d/0"])
     except ValueError:
         pass
+
+
+def test_metrics_count_replicas_by_state_and_the_events() -> None:
+    """After one ejection and one loss: `replicas` by state and `replica_events_total` say so."""
+    from dd_slurm.gateway.metrics import exposition
+
+    p, _ = pool()
+    fail(p, 0, 3, failed=True)
+    p.take_out(p.replicas[1], "lost")
+    text = exposition([p]).decode()
+    wanted = ['dd_slurm_gateway_replicas{alias="m",state="serving"} 1',
+              'dd_slurm_gateway_replicas{alias="m",state="ejected"} 1',
+              'dd_slurm_gateway_replicas{alias="m",state="lost"} 1',
+              'dd_slurm_gateway_replica_events_total{alias="m",event="ejected"} 1',
+              'dd_slurm_gateway_replica_events_total{alias="m",event="lost"} 1',
+              'dd_slurm_gateway_replica_events_total{alias="m",event="restarted"} 0']
+    assert wanted == [line for line in wanted if line in text.splitlines()]
