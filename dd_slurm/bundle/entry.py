@@ -21,6 +21,7 @@ if __name__ == "__main__" and "_DD_SLURM_EARLY_SIGNALS" not in globals():  # run
     _DD_SLURM_EARLY_SIGNALS: list = []
     for _signo in RECORDED:
         _signal.signal(_signo, lambda signo, _frame: _DD_SLURM_EARLY_SIGNALS.append(signo))
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, RECORDED)  # held while blocked: delivered now, recorded
 
 import _imp  # noqa: E402 - after the handlers, on purpose
 import hashlib  # noqa: E402

@@ -102,14 +102,23 @@ def ask_scheduler(record: dict, commands: SlurmCommands, now: float) -> dict:
 def effective(attempt: dict[str, Any], obs: Optional[dict[str, Any]]) -> Optional[dict[str, str]]:
     """The attempt's own outcome once it is done; null while the job lives; once the scheduler
     says the job ended (or is lost) without the attempt reaching done: failed / cancelled /
-    timed_out from the scheduler's state, reason `never_started` when no supervisor ever ran
-    (cancelled while pending), else `supervisor_lost` (the supervisor is gone)."""
+    timed_out from the scheduler's state (scheduler_outcome), reason `never_started` when no
+    supervisor ever ran (cancelled while pending), else `supervisor_lost` (the supervisor is gone)."""
     if attempt.get("state") == "done" and attempt.get("outcome"):
         return {"outcome": attempt["outcome"], "reason": attempt.get("reason") or "", "from": "attempt"}
     if not obs or not obs.get("terminal"):
         return None
     reason = "never_started" if never_started(Path(attempt["dir"]), attempt.get("state")) else "supervisor_lost"
-    return {"outcome": SCHEDULER_OUTCOME.get(obs["state"], "failed"), "reason": reason, "from": "scheduler"}
+    return {"outcome": scheduler_outcome(obs), "reason": reason, "from": "scheduler"}
+
+
+def scheduler_outcome(obs: dict[str, Any]) -> str:
+    """The outcome a job's end means: its state's, and `cancelled` for a batch script that a stop
+    signal (SIGTERM, SIGINT) ended before its supervisor could record it (the script's first
+    instant, before the stop signals are blocked)."""
+    if obs["state"] == "failed" and obs.get("signal") in (2, 15):
+        return "cancelled"
+    return SCHEDULER_OUTCOME.get(obs["state"], "failed")
 
 
 def never_started(attempt_dir: Path, state: Optional[str]) -> bool:

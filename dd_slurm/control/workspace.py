@@ -156,16 +156,11 @@ def reread_ended(entries: list[Entry], found: dict[str, Optional[dict]], runs: d
 
 
 def effective(entry: Entry, obs: Optional[dict]) -> Optional[dict]:
-    """The attempt's own outcome once done; else, once the job is terminal (or lost), the
-    scheduler's verdict with reason `supervisor_lost`; else None (still running)."""
-    if entry.state == "done" and entry.outcome:
-        return {"outcome": entry.outcome, "reason": entry.reason, "from": "attempt"}
-    if obs and obs.get("terminal"):
-        from dd_slurm.control.status import SCHEDULER_OUTCOME, never_started
+    """What `status` says (status.effective) for a workspace entry."""
+    from dd_slurm.control.status import effective as status_effective
 
-        reason = "never_started" if never_started(entry.dir, entry.state) else "supervisor_lost"
-        return {"outcome": SCHEDULER_OUTCOME.get(obs["state"], "failed"), "reason": reason, "from": "scheduler"}
-    return None
+    return status_effective({"state": entry.state, "outcome": entry.outcome, "reason": entry.reason,
+                             "dir": str(entry.dir)}, obs)
 
 
 def row(entry: Entry, obs: Optional[dict]) -> dict[str, Any]:

@@ -102,15 +102,24 @@ def export_list(ctx: ScriptContext, forward: list[str]) -> str:
 
 
 # The boot: the interpreter's first instructions record the signals the runtime acts on (the
-# SignalGate adopts them), then it reads entry.py once, checks its sha256 against the one rendered
-# here, and runs exactly those bytes, handing on the expected bundle digest. Standard library only.
-BOOT = ('import _signal as S;E=[];[S.signal(n,lambda s,f:E.append(s)) for n in '
-        '(S.SIGTERM,S.SIGINT,S.SIGUSR1,S.SIGHUP)];import hashlib,sys;'
+# SignalGate adopts them) and unblock them (the batch script starts with them blocked, so one that
+# came before the handlers was held pending, not fatal), then it reads entry.py once, checks its
+# sha256 against the one rendered here, and runs exactly those bytes, handing on the expected
+# bundle digest. Standard library only.
+BOOT = ('import _signal as S;E=[];T=(S.SIGTERM,S.SIGINT,S.SIGUSR1,S.SIGHUP);'
+        '[S.signal(n,lambda s,f:E.append(s)) for n in T];S.pthread_sigmask(S.SIG_UNBLOCK,T);import hashlib,sys;'
         'h,d,p=sys.argv[1:4];b=open(p,"rb").read();'
         'hashlib.sha256(b).hexdigest()==h or sys.exit("error: "+p+": sha256 is not "+h+'
         '"; the entry point changed after staging, nothing of the bundle ran");'
         'sys.argv=sys.argv[3:];exec(compile(b,p,"exec"),'
         '{"__name__":"__main__","__file__":p,"_DD_SLURM_EARLY_SIGNALS":E,"_DD_SLURM_BUNDLE_DIGEST":d})')
+
+
+# slurmstepd execs the script: env (GNU coreutils >= 8.31) blocks the stop signals before bash
+# starts, and the mask is kept across bash's exec of the boot, which unblocks them once its handlers
+# exist. A SIGTERM in the script's first milliseconds is then held, not the death of a supervisor
+# that has written nothing yet.
+SHEBANG = "#!/usr/bin/env -S --block-signal=TERM,INT,USR1,HUP /bin/bash"
 
 
 def interpreter(python: str, entry_sha256: str, bundle_digest: str) -> list[str]:
@@ -127,7 +136,7 @@ def exec_argv(plan: Plan, ctx: ScriptContext) -> list[str]:
 
 def render_script(plan: Plan, ctx: ScriptContext) -> str:
     check_context(ctx)
-    lines = ["#!/bin/bash", f"# dd-slurm attempt {ctx.attempt_id}: generated, do not edit."]
+    lines = [SHEBANG, f"# dd-slurm attempt {ctx.attempt_id}: generated, do not edit."]
     for option, value in directives(plan, ctx):
         lines.append(f"#SBATCH {option}" if value is None else f"#SBATCH {option}={sbatch_quote(value)}")
     lines.append("exec " + " ".join(shlex.quote(word) for word in exec_argv(plan, ctx)))

@@ -89,6 +89,15 @@ def test_a_job_that_ended_before_its_supervisor_ran_never_started(tmp_path, left
         {"dir": str(tmp_path), "state": "staged", "outcome": None, "reason": None}, obs)
 
 
+@pytest.mark.parametrize(("signal", "expected"), [(15, "cancelled"), (2, "cancelled"), (9, "failed"), (None, "failed")])
+def test_a_batch_script_a_stop_signal_ended_is_cancelled(tmp_path, signal, expected: str) -> None:
+    """A job that failed because a stop signal (SIGTERM, SIGINT) ended its batch script before a
+    supervisor could record anything (its first instant) was cancelled; any other failure stays failed."""
+    obs = {"state": "failed", "terminal": True, "signal": signal}
+    assert {"outcome": expected, "reason": "never_started", "from": "scheduler"} == attempt_status.effective(
+        {"dir": str(tmp_path), "state": "staged", "outcome": None, "reason": None}, obs)
+
+
 def test_a_dead_supervisor_shows_as_supervisor_lost(fake_slurm, fake_commands, clock, tmp_path) -> None:
     """The job failed (its supervisor was SIGKILLed) while the attempt says client and readiness
     says ready: status --json gives effective supervisor_lost, the text marks readiness stale."""
