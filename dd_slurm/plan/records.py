@@ -60,7 +60,7 @@ class Job:
 
 @attrs.frozen
 class Restart:
-    max: int = attrs.field(default=0, validator=_v(checks.between(0, 0, not_yet="replica restarts")))
+    max: int = attrs.field(default=0, validator=_v(checks.between(0, 1000)))
     backoff_s: float = attrs.field(default=5.0, validator=_v(checks.between(0, checks.MAX_SECONDS)))
 
 

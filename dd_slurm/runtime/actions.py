@@ -77,6 +77,7 @@ class RuntimeActions:
         self.client_deadline: Optional[float] = None
         self.probe_deadline: Optional[float] = None
         self._identity_batches = 0  # identity-<n>: the on-node identity checks so far
+        self.leaders: dict[str, StepSpec] = {}  # replica name -> its leader step, once restarted (else the first)
 
     # staged -> verified
     def inputs_verified(self) -> bool:
@@ -322,8 +323,26 @@ class RuntimeActions:
         if self._fleet is None:
             self._fleet = Fleet(self.session, self.readiness, self.started, self.ports, self.replica_event,
                                 lambda: self.publish("ready" if self.gateway_base else "planned"),
-                                identity_prover(self.session, self.ports, self._next_identity_batch))
+                                identity_prover(self.session, self.ports, self._next_identity_batch, self.leaders),
+                                self.relaunch, self._port)
         return self._fleet
+
+    def relaunch(self, unit: Placed, restart: int) -> None:
+        """The replica's steps again, in place (its GPUs, its node; a new port when automatic), as
+        new steps named `<step>-r<restart>`; followers of an automatic port wait for the leader's."""
+        self.ports.pop(unit.name, None)
+        self.deferred.pop(unit.name, None)
+        for spec in self.session.prepared.specs[unit.name]:
+            name = f"{spec.name}-r{restart}"
+            again = evolve(spec, name=name, held=False, env={**spec.env, "DD_SLURM_ROLE": name})
+            if spec.rank == 0:
+                self.leaders[unit.name] = again
+            if needs_port(again):
+                self.deferred.setdefault(unit.name, []).append(again)
+            else:
+                self._start(again)
+                self.started[again.name] = again
+
 
     def _next_identity_batch(self) -> str:
         self._identity_batches += 1
@@ -375,7 +394,7 @@ class RuntimeActions:
         if unit.name in self.ports:
             return self.ports[unit.name]
         p = self.session.prepared
-        leader = p.specs[unit.name][0]
+        leader = self.leaders.get(unit.name) or p.specs[unit.name][0]
         record = p.runner.started(leader.name)
         if record is None or record.get("error"):
             return None  # not started yet, or it failed and check_alive will say so

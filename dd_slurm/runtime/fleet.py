@@ -37,15 +37,22 @@ STOP_SCANCEL_S = 2.0
 
 class Fleet:
     """`event(trigger, **fields)` journals a replica event; `publish()` rewrites endpoints.json;
-    `prove(unit)` answers why the unit's listener is not ours (None: it is)."""
+    `prove(unit)` answers why the unit's listener is not ours (None: it is); `relaunch(unit, n)`
+    starts the unit's steps again (its n-th restart) through the step runner; `port(unit)` is its
+    current port once known (None before)."""
 
     def __init__(self, session: Session, readiness: Readiness, started: Mapping[str, StepSpec],
                  ports: Mapping[str, int], event: Callable[..., None], publish: Callable[[], None],
-                 prove: Callable[[Placed], Optional[str]]) -> None:
+                 prove: Callable[[Placed], Optional[str]], relaunch: Callable[[Placed, int], None] = lambda u, n: None,
+                 port: Callable[[Placed], Optional[int]] = lambda u: None) -> None:
         self.session, self.readiness, self.started, self.ports = session, readiness, started, ports
-        self.event, self.publish, self.prove = event, publish, prove
+        self.event, self.publish, self.prove, self.relaunch, self.port = event, publish, prove, relaunch, port
         self.units = {u.name: u for u in session.prepared.placement}
-        self.states: dict[str, str] = {}  # unit -> serving | ejected | lost (absent: not serving yet)
+        self.states: dict[str, str] = {}  # unit -> serving | ejected | restarting | lost (absent: not serving yet)
+        self.restarts: dict[str, int] = {}  # unit -> restarts so far
+        self.due: dict[str, float] = {}  # restarting unit -> monotonic time its steps start again
+        self.waiting: dict[str, float] = {}  # restarted unit -> monotonic deadline to be ready
+        self.retired: set[str] = set()  # steps of a restarted replica's earlier runs
         self.stopping: dict[str, float] = {}  # lost unit -> monotonic time of its SIGKILL
         self.readmits: dict[str, int] = {}
         self.probes: dict[str, tuple[float, float]] = {}  # ejected unit -> (next probe, back-off)
@@ -72,6 +79,7 @@ class Fleet:
             self.looked = now
             self._gateway_out()
             self._probe_ejected(now)
+            self._tend_restarts(now)
         self._tend_stops(now)
 
     def lose(self, name: str, reason: str, detail: str) -> None:
@@ -79,24 +87,38 @@ class Fleet:
         may not lose it (min_replicas null: `reason`; too few left: replicas_below_min)."""
         unit = self.units[name]
         deployment = self.session.deployment(unit.deployment)
-        if deployment.min_replicas is None:
+        if self._fatal(name):
             raise AttemptFailure(reason, detail)
-        self.states[name] = "lost"
+        restart = self.restarts.get(name, 0) < (deployment.restart.max if deployment.restart else 0)
+        self.states[name] = "restarting" if restart else "lost"
         self.probes.pop(name, None)
+        self.waiting.pop(name, None)
         if self.readiness.state(name) in ("starting", "ready"):
             self.readiness.move(name, "lost", detail=f"{reason}: {detail}")
         self.write_routes()
         self.publish()
-        self.event("lose_replica", replica=name, reason=reason, detail=detail)
+        self.event("lose_replica", replica=name, reason=reason, detail=detail,
+                   restart_in_s=deployment.restart.backoff_s if restart and deployment.restart else None)
         self._stop(name)
+        if restart and deployment.restart:
+            self.due[name] = self.session.clock.monotonic() + deployment.restart.backoff_s
+            return
         left = sum(1 for u in self.units.values() if u.deployment == unit.deployment and not self.lost(u.name))
+        assert deployment.min_replicas is not None  # null with restarts spent raised above
         if left < deployment.min_replicas:
             raise AttemptFailure("replicas_below_min", f"{deployment.name}: {left} of {deployment.replicas} replicas "
                                  f"left, min_replicas {deployment.min_replicas} ({name}: {reason}: {detail})")
 
     # steps
     def _exited(self) -> list[str]:
-        return [n for n, spec in self.started.items() if not self.lost(spec.unit) and self.session.table.poll(n) is not None]
+        return [n for n, spec in self.started.items() if n not in self.retired and not self.lost(spec.unit)
+                and spec.unit not in self.due and self.session.table.poll(n) is not None]
+
+    def _fatal(self, name: str) -> bool:
+        """Losing `name` fails the attempt with the cause's reason: min_replicas null, no restart left."""
+        deployment = self.session.deployment(self.units[name].deployment)
+        return deployment.min_replicas is None and self.restarts.get(name, 0) >= (
+            deployment.restart.max if deployment.restart else 0)
 
     def _exited_steps(self) -> None:
         """A step that exited: its replica is lost. When a follower and its leader are both gone
@@ -111,7 +133,7 @@ class Fleet:
         code = self.session.table.procs[spec.name].exit_code
         ready = self.readiness.state(spec.unit) == "ready"
         reason = exit_reason(self.session.prepared.runner.started(spec.name), spec, ready)
-        if spec.deployment and self.session.deployment(spec.deployment).min_replicas is None:
+        if self._fatal(spec.unit):
             self.readiness.move(spec.unit, "failed", detail=f"{spec.name} exited {code}")
         self.lose(spec.unit, reason, f"{spec.name} exited {code}; see {files.log_ref(spec.name)}")
 
@@ -140,6 +162,37 @@ class Fleet:
     def _live_steps(self, name: str) -> list[str]:
         return [n for n, spec in self.started.items() if spec.unit == name and self.session.table.poll(n) is None]
 
+    # restarts in place
+    def _tend_restarts(self, now: float) -> None:
+        for name, due in list(self.due.items()):
+            if now >= due and not self._live_steps(name):  # its GPUs and port are free again
+                del self.due[name]
+                self.retired.update(n for n, spec in self.started.items() if spec.unit == name)
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                timeout = self.session.deployment(self.units[name].deployment).ready_timeout_s
+                self.readiness.move(name, "starting", deadline=self.session.clock.wall() + timeout, port=None,
+                                    base_url=None, ready=[])
+                self.relaunch(self.units[name], self.restarts[name])
+                self.waiting[name] = now + timeout
+                self.event("restart_replica", replica=name, restart=self.restarts[name])
+        for name, deadline in list(self.waiting.items()):
+            self._ready_again(name, now, deadline)
+
+    def _ready_again(self, name: str, now: float, deadline: float) -> None:
+        """A restarted replica: serving once healthy and proven ours; lost again past its deadline."""
+        unit = self.units[name]
+        port = self.port(unit)
+        if port is not None and self._healthy(name) and self.prove(unit) is None:
+            del self.waiting[name]
+            url = f"http://{unit.leader}:{port}/v1"
+            self.readiness.move(name, "ready", ready=[url], base_url=url, port=port)
+            self.states[name] = "serving"
+            self.write_routes()
+            self.publish()
+        elif now > deadline:
+            timeout = self.session.deployment(unit.deployment).ready_timeout_s
+            self.lose(name, "readiness_timeout", f"restarted, not healthy within {timeout:g}s")
+
     # the gateway's view
     def _gateway_out(self) -> None:
         out = gateway_step.state_of(self.session.dir).get("out")
@@ -166,7 +219,8 @@ class Fleet:
 
     def _probe_ejected(self, now: float) -> None:
         for name, (due, backoff) in list(self.probes.items()):
-            if now < due or self._live_steps(name) != [n for n, s in self.started.items() if s.unit == name]:
+            if now < due or self._live_steps(name) != [n for n, s in self.started.items()
+                                                       if s.unit == name and n not in self.retired]:
                 continue  # not yet, or a step is gone (the next check loses it): never readmitted
             if self._healthy(name) and self.prove(self.units[name]) is None:
                 del self.probes[name]
@@ -194,21 +248,23 @@ class Fleet:
             port = self.ports.get(name, unit.port)
             if port is None or name not in self.states:
                 continue
-            state = "lost" if self.lost(name) else "serving"
+            state = self.states[name] if self.states[name] in ("lost", "restarting") else "serving"
             replicas[f"{unit.deployment}/{unit.replica}"] = {
                 "state": state, "base_url": f"http://{unit.leader}:{port}/v1", "readmit": max(0, self.readmits.get(name, 0))}
         write_json_atomic(self.session.dir / files.GATEWAY_ROUTES, {"schema": ROUTES_SCHEMA, "replicas": replicas},
                           mode=0o644)
 
 
-def identity_prover(session: Session, ports: Mapping[str, int], batch: Callable[[], str]) -> Callable[[Placed], Optional[str]]:
-    """Why one replica's listener is not proven ours (None: it is), by the same check as at start-up."""
+def identity_prover(session: Session, ports: Mapping[str, int], batch: Callable[[], str],
+                    leaders: Mapping[str, StepSpec]) -> Callable[[Placed], Optional[str]]:
+    """Why one replica's listener is not proven ours (None: it is), by the same check as at start-up
+    (against its current leader step: a restarted replica's is a new one)."""
     from dd_slurm.runtime.replica_checks import unproven
 
     def prove(unit: Placed) -> Optional[str]:
         with ThreadPoolExecutor(1) as pool:
             try:
-                failed = unproven(session, [unit], dict(ports), pool, batch())
+                failed = unproven(session, [unit], dict(ports), pool, batch(), leaders)
             except ValueError as err:
                 return str(err)
         return None if failed is None else failed[1]

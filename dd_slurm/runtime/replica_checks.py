@@ -5,7 +5,7 @@ own node needs no step: it reads its /proc itself)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
@@ -60,14 +60,14 @@ def identity_problem(unit: Placed, answers: dict[str, dict], problem: Optional[s
 
 
 def unproven(s: Session, units: list[Placed], ports: dict[str, int], pool: Executor,
-             name: str) -> Optional[tuple[Placed, str]]:
+             name: str, leaders: Optional[Mapping[str, StepSpec]] = None) -> Optional[tuple[Placed, str]]:
     """The first of `units` not proven ours, and why; None when all are. On each leader's node
     (node_answers): the listener on the port belongs to the leader step's process tree; only
     then, when every one is proven, do requests carry the key (proven_problem, side by side).
     ValueError: a leader's step record is not valid."""
     p = s.prepared
-    leaders = {u.name: p.specs[u.name][0] for u in units}
-    nodes = identity_requests(units, ports, {n: p.runner.started(spec.name) for n, spec in leaders.items()}, leaders)
+    current = {u.name: (leaders or {}).get(u.name) or p.specs[u.name][0] for u in units}
+    nodes = identity_requests(units, ports, {n: p.runner.started(spec.name) for n, spec in current.items()}, current)
     answers, problem = node_answers(s, nodes, name)
     for unit in units:
         detail = identity_problem(unit, answers, problem)

@@ -106,6 +106,9 @@ CELLS = [
          both(dep_args(0, "--stall-after-requests", "0", "--faults-for", "deploy-small-1"), client_args("--retries", "3"),
               setting(("gateway",), {"stall_timeout_s": 1.5}), setting(("deployments", 0, "min_replicas"), 2)),
          ("succeeded", "ok")),
+    Cell("replica_crashes_restarted", "client", "replicas",
+         both(dep_args(0, "--crash-after-s", "2", "--faults-for", "deploy-small-1"), SLOW_CLIENT,
+              setting(("deployments", 0, "restart"), {"max": 1, "backoff_s": 0.5})), ("succeeded", "ok")),
     Cell("replica_crashes_below_min", "client", "replicas",
          both(dep_args(0, "--crash-after-s", "2", "--faults-for", "deploy-small-1"), SLOW_CLIENT,
               setting(("deployments", 0, "min_replicas"), 3)), ("failed", "replicas_below_min")),
@@ -147,7 +150,8 @@ def check_cell_aftermath(attempt_dir: Path, cell: Cell, leftovers: list) -> None
     if cell.fault.startswith("replica_") and cell.expected != ("failed", "server_crashed") and \
             cell.expected != ("failed", "server_stalled"):
         losses = [(e["trigger"], e["replica"]) for e in entries if e["kind"] == "event"]
-        assert [("lose_replica", "small-1")] == losses, entries
+        restarted = [("restart_replica", "small-1")] if "restarted" in cell.fault else []
+        assert [("lose_replica", "small-1"), *restarted] == losses, entries
     if cell.fault == "sigterm_during_cleanup":
         assert ["sigterm"] == [e.get("ignored_reason") for e in entries if e["kind"] == "internal"
                                and e.get("ignored_reason")]
