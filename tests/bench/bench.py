@@ -378,6 +378,9 @@ def main(argv: list[str]) -> int:
     from tests.bench.bench_gateway import gateway_benchmarks
 
     rows += gateway_benchmarks(row, sizes)
+    from tests.bench.bench_loss import loss_benchmarks
+
+    rows += loss_benchmarks(row, sizes)
     text = table(rows)
     print(f"machine: {machine}\n\n{text}")
     out.mkdir(parents=True, exist_ok=True)
