@@ -53,6 +53,7 @@ class Fleet:
         self.due: dict[str, float] = {}  # restarting unit -> monotonic time its steps start again
         self.waiting: dict[str, float] = {}  # restarted unit -> monotonic deadline to be ready
         self.retired: set[str] = set()  # steps of a restarted replica's earlier runs
+        self.relaunched: dict[str, float] = {}  # restarted unit -> wall time its new steps started
         self.stopping: dict[str, float] = {}  # lost unit -> monotonic time of its SIGKILL
         self.readmits: dict[str, int] = {}
         self.probes: dict[str, tuple[float, float]] = {}  # ejected unit -> (next probe, back-off)
@@ -174,7 +175,7 @@ class Fleet:
                                     base_url=None, ready=[])
                 self.relaunch(self.units[name], self.restarts[name])
                 self.waiting[name] = now + timeout
-                self.event("restart_replica", replica=name, restart=self.restarts[name])
+                self.relaunched[name] = self.session.clock.wall()
         for name, deadline in list(self.waiting.items()):
             self._ready_again(name, now, deadline)
 
@@ -189,6 +190,8 @@ class Fleet:
             self.states[name] = "serving"
             self.write_routes()
             self.publish()
+            self.event("restart_replica", replica=name, restart=self.restarts[name],
+                       relaunched_at=self.relaunched.get(name), url=url)
         elif now > deadline:
             timeout = self.session.deployment(unit.deployment).ready_timeout_s
             self.lose(name, "readiness_timeout", f"restarted, not healthy within {timeout:g}s")

@@ -119,6 +119,26 @@ def load_rows(readiness: Any, processes: Any, until: Optional[float], since: Opt
     return rows
 
 
+def replica_rows(entries: Any, until: Optional[float]) -> list[Row]:
+    """Each lost replica, from its loss to its restart serving again (or to `until`: never back)."""
+    events = [e for e in (entries if isinstance(entries, list) else []) if _dict(e).get("kind") == "event"
+              and isinstance(e.get("replica"), str) and _num(e.get("ts")) is not None]
+    rows = []
+    for index, lost in enumerate(events):
+        if lost.get("trigger") != "lose_replica":
+            continue
+        back = next((e for e in events[index + 1:] if e.get("replica") == lost["replica"]
+                     and e.get("trigger") in ("restart_replica", "lose_replica")), None)
+        restarted = back is not None and back.get("trigger") == "restart_replica"
+        end = _num(back.get("ts")) if restarted and back else until
+        if end is not None:
+            why = str(lost.get("reason") or "lost")
+            rows.append(Row(f"{lost['replica']} lost", _num(lost["ts"]) or end, end, "deployments",
+                            f"{why}; serving again after restart {back.get('restart')}" if restarted and back
+                            else f"{why}; not back"))
+    return rows
+
+
 def build(attempt_id: str, record: Any, entries: Any, readiness: Any, processes: Any, supervisor: Any,
           plan: Any) -> Timeline:
     record, moves = _dict(record), _moves(entries)
@@ -132,6 +152,7 @@ def build(attempt_id: str, record: Any, entries: Any, readiness: Any, processes:
     deploying_start = next((ts for s, d, ts in moves if d == "deploying" and s != d), None)
     if deploying_start is not None:  # steps launched held beside a failed preflight never loaded
         rows += load_rows(readiness, processes, deploying_end, deploying_start)
+    rows += replica_rows(entries, next((ts for s, d, ts in moves if d == "cleanup"), moves[-1][2] if moves else None))
     rows.sort(key=lambda r: (r.start, r.section != "attempt"))
     job = _dict(_dict(plan).get("job"))
     nodes, per_node = _num(job.get("nodes")), _num(job.get("gpus_per_node"))

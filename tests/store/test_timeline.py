@@ -68,6 +68,21 @@ def test_every_replica_loads_from_its_own_steps() -> None:
         r.name: (r.start, r.end) for r in found.rows if r.section == "deployments"}
 
 
+def test_each_lost_replica_has_a_row_until_it_serves_again() -> None:
+    """A replica lost at 30 s and serving again after its restart at 36 s has a 6 s row naming the
+    cause and the restart; one lost at 40 s that never came back runs to cleanup (50 s)."""
+    moves = [("staged", "verified", 1.0), ("verified", "preflight", 2.0), ("preflight", "deploying", 3.0),
+             ("deploying", "ready", 9.0), ("ready", "client", 10.0), ("client", "cleanup", 50.0)]
+    entries = [{"kind": "transition", "from": a, "to": b, "ts": ts} for a, b, ts in moves] + [
+        {"kind": "event", "trigger": "lose_replica", "replica": "small-1", "reason": "server_crashed", "ts": 30.0},
+        {"kind": "event", "trigger": "restart_replica", "replica": "small-1", "restart": 1, "ts": 36.0},
+        {"kind": "event", "trigger": "lose_replica", "replica": "small-2", "reason": "server_stalled", "ts": 40.0}]
+    found = build("a", {}, entries, {}, {}, {"started_at": 0.5}, {})
+    assert [("small-1 lost", 30.0, 6.0, "server_crashed; serving again after restart 1"),
+            ("small-2 lost", 40.0, 10.0, "server_stalled; not back")] == [
+        (r.name, r.start, r.seconds, r.note) for r in found.rows if r.name.endswith(" lost")]
+
+
 def test_gpu_time_stops_when_the_client_starts() -> None:
     """The demo: 3 nodes x 2 GPUs, from the job's start to the client's start."""
     found = load(FIXTURES / "timeline" / "demo-succeeded")
