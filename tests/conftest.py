@@ -57,11 +57,19 @@ def pytest_configure_node(node) -> None:
         node.workerinput[key] = getattr(node.config, key, "")
 
 
+def timeout_of(item) -> float:
+    marker = item.get_closest_marker("timeout")
+    return float(marker.args[0]) if marker and marker.args else 0.0
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     slurm_dir = ROOT / "tests" / "slurm"
     for item in items:
         if slurm_dir in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.slurm)
+    # The longest tests first (by their own timeout, which is sized to them): xdist's workers then
+    # finish together instead of one running a three-minute test after the others are done.
+    items.sort(key=lambda item: -timeout_of(item))
     if cluster_wanted() == "up":
         return
     if os.environ.get("CI") == "true":
