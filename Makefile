@@ -44,7 +44,7 @@ test: install lint
 	    CLUSTERS="$$up" bash $(CLUSTERS_SH) client-env || { echo "!!! could not install the example client environment !!!" >&2; exit 1; }; \
 	fi; \
 	echo "== real-Slurm tests on: $${up:-none}" >&2; \
-	$(BIN)/python -m pytest -n $(WORKERS) -m "not cluster_fault" $(PYTEST_ARGS) && \
+	$(BIN)/python -m pytest -n $(WORKERS) --maxschedchunk 2 -m "not cluster_fault" $(PYTEST_ARGS) && \
 	$(BIN)/python -m pytest -n $$(echo $${up:-x} | wc -w) --dist loadgroup -m cluster_fault $(PYTEST_ARGS)
 
 # Unit tests only (no cluster); fast feedback while editing.

@@ -67,8 +67,9 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if slurm_dir in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.slurm)
-    # The longest tests first (by their own timeout, which is sized to them): xdist's workers then
-    # finish together instead of one running a three-minute test after the others are done.
+    # The longest tests first (by their own timeout, which is sized to them), handed out two at a
+    # time (`make test` runs xdist with --maxschedchunk 2): the workers then finish together
+    # instead of one running a three-minute test after the others are done.
     items.sort(key=lambda item: -timeout_of(item))
     if cluster_wanted() == "up":
         return

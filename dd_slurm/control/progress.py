@@ -43,10 +43,15 @@ def gateway_counts(attempt_dir: Path) -> dict[str, Any]:
     stats = read_stats(attempt_dir / files.GATEWAY_STATS)
     if stats is None:
         return {"requests": None, "ok": None, "rejected_429": None, "errors": None, "req_per_s": None,
-                "replicas_serving": None}
+                "replicas_serving": None, "tokens_out": None, "tokens_per_s": None}
     aliases = list(stats.aliases.values())
     window = stats.window
-    return {"requests": sum(a.requests for a in aliases),
+    servers = [r.server for a in aliases for r in a.replicas if r.server is not None]
+    tokens = round(sum(s.generation_tokens for s in servers)) if servers else None
+    return {"tokens_out": tokens,
+            "tokens_per_s": round(window.generation_tokens / window.seconds, 3)
+            if tokens is not None and window and window.generation_tokens is not None and window.seconds > 0 else None,
+            "requests": sum(a.requests for a in aliases),
             "ok": sum(a.responses.get("2xx", 0) for a in aliases),
             "rejected_429": sum(a.rejected_429.queue_full + a.rejected_429.queue_timeout for a in aliases),
             "errors": sum(a.responses.get("5xx", 0) for a in aliases),
@@ -57,7 +62,8 @@ def gateway_counts(attempt_dir: Path) -> dict[str, Any]:
 def progress(attempt_dir: Path, now: float) -> dict[str, Any]:
     """requests, ok, rejected_429, errors, req_per_s (the last minute), replicas_serving, records
     (complete JSON lines so far), records_target (min_records when > 0), eta_s (from the records'
-    rate since the client started). Tokens are not counted yet (null)."""
+    rate since the client started), tokens_out and tokens_per_s (the last minute) from the
+    replicas' own counters (null where no replica exposes them)."""
     from dd_slurm.plan.fields import expand
     from dd_slurm.plan.io import load_plan
     from dd_slurm.store.attempt_record import read_record
@@ -71,8 +77,7 @@ def progress(attempt_dir: Path, now: float) -> dict[str, Any]:
     eta = None
     if records and target and records < target and started is not None and now > started:
         eta = round((target - records) / (records / (now - started)), 1)
-    return {**gateway_counts(attempt_dir), "tokens_out": None, "tokens_per_s": None, "records": records,
-            "records_target": target, "eta_s": eta}
+    return {**gateway_counts(attempt_dir), "records": records, "records_target": target, "eta_s": eta}
 
 
 def progress_line(found: dict[str, Any]) -> str:
@@ -85,6 +90,9 @@ def progress_line(found: dict[str, Any]) -> str:
         parts.append(f"{found['records']:,}" + (f"/{target:,}" if target else "") + " records")
     if found.get("req_per_s") is not None:
         parts.append(f"{found['req_per_s']:.0f} req/s")
+    if found.get("tokens_per_s") is not None:
+        rate = found["tokens_per_s"]
+        parts.append(f"{rate / 1000:.1f}k tok/s" if rate >= 1000 else f"{rate:.0f} tok/s")
     if found.get("requests") and found.get("rejected_429"):
         parts.append(f"429s {100 * found['rejected_429'] / found['requests']:.0f}%")
     if found.get("eta_s") is not None:

@@ -21,7 +21,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}\Z")
 TOP_KEYS = {"schema", "listen", "aliases", "queue_limit", "queue_timeout_s", "stall_timeout_s", "api_key_var",
             "state_path", "stats_path", "retry_after_s", "connect_timeout_s", "header_timeout_s", "idle_timeout_s",
-            "max_connections", "eject_after", "routes_path"}
+            "max_connections", "eject_after", "routes_path", "replica_metrics"}
 
 
 CONFIG_NAME, STATE_NAME, STATS_NAME = files.GATEWAY_CONFIG, files.GATEWAY_STATE, files.GATEWAY_STATS
@@ -70,6 +70,7 @@ class GatewayConfig:
     max_connections: int = 4096
     eject_after: int = 3
     routes_path: str | None = None
+    replica_metrics: bool = False  # read each replica's own /metrics (the attempt's gateway does)
 
 
 def for_attempt(attempt_dir: str, models: dict[str, list[dict]], max_inflight: dict[str, int],
@@ -92,7 +93,7 @@ def for_attempt(attempt_dir: str, models: dict[str, list[dict]], max_inflight: d
                                            "eject_after": gateway.eject_after}
     return GatewayConfig(aliases=aliases, state_path=f"{attempt_dir}/{STATE_NAME}",
                          stats_path=f"{attempt_dir}/{STATS_NAME}", port=port, api_key_var=api_key_var,
-                         routes_path=f"{attempt_dir}/{files.GATEWAY_ROUTES}", **settings)
+                         routes_path=f"{attempt_dir}/{files.GATEWAY_ROUTES}", replica_metrics=True, **settings)
 
 
 @attrs.frozen(kw_only=True)
@@ -130,6 +131,7 @@ class ConfigFile:
     max_connections: int = 4096
     eject_after: int = 3
     routes_path: Optional[str] = None
+    replica_metrics: bool = False
 
 
 def to_json(config: GatewayConfig) -> dict:

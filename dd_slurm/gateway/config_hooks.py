@@ -101,7 +101,7 @@ register_record(ConfigFile, schema=choice(SCHEMA), aliases=aliases, state_path=t
                 api_key_var=matching(ENV_NAME, "an environment variable name or null", optional=True),
                 retry_after_s=integer(0), connect_timeout_s=positive, header_timeout_s=positive,
                 idle_timeout_s=positive, max_connections=integer(1), eject_after=integer(1),
-                routes_path=lambda v, t: None if v is None else text(v, t))
+                routes_path=lambda v, t: None if v is None else text(v, t), replica_metrics=boolean)
 
 
 def structure_config(data: Any, kind: type[ConfigFile]) -> ConfigFile:

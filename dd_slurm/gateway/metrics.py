@@ -23,6 +23,9 @@ FAMILIES = (  # name, type, help
     ("replicas", "gauge", "Replicas of each model alias, by state."),
     ("replica_events_total", "counter", "Replicas taken out of rotation (ejected, stalled, lost) or back after a restart."),
     ("refused_draining_total", "counter", "Requests refused while the gateway drained at the attempt's stop."),
+    ("replica_prompt_tokens_total", "counter", "Prompt tokens, by each replica's own /metrics (vLLM or SGLang)."),
+    ("replica_generation_tokens_total", "counter", "Generated tokens, by each replica's own /metrics."),
+    ("replica_server_requests", "gauge", "Requests running and waiting in each replica's engine, by its own /metrics."),
 )
 
 
@@ -64,7 +67,19 @@ def samples(pools: Iterable, refused_draining: int) -> dict[str, list[str]]:
                 out["replica_responses_total"].append(
                     f"{PREFIX}replica_responses_total{_labels(**where, status_class=cls)} {count}")
             out["replica_inflight"].append(f"{PREFIX}replica_inflight{_labels(**where)} {replica.inflight}")
+            if replica.server is not None:
+                out.update(_server(out, where, replica.server))
     out["refused_draining_total"].append(f"{PREFIX}refused_draining_total {refused_draining}")
+    return out
+
+
+def _server(out: dict[str, list[str]], where: dict, server: dict) -> dict[str, list[str]]:
+    for ours, family in (("prompt_tokens", "replica_prompt_tokens_total"),
+                         ("generation_tokens", "replica_generation_tokens_total")):
+        out[family].append(f"{PREFIX}{family}{_labels(**where)} {_number(float(server.get(ours, 0.0)))}")
+    for state in ("running", "waiting"):
+        out["replica_server_requests"].append(
+            f"{PREFIX}replica_server_requests{_labels(**where, state=state)} {_number(float(server.get(state, 0.0)))}")
     return out
 
 

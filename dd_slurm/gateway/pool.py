@@ -132,8 +132,8 @@ async def open_upstream(host: str, port: int) -> Upstream:
 class Replica:
     """A replica as the gateway tracks it: load, health, progress and idle connections."""
 
-    __slots__ = ("down_until", "ejections", "failures", "host", "host_line", "idle", "index", "inflight", "out",
-                 "out_since", "port", "progress", "stats", "target")
+    __slots__ = ("base", "down_until", "ejections", "exposes", "failures", "host", "host_line", "idle", "index",
+                 "inflight", "out", "out_since", "port", "progress", "raw", "server", "stats", "target")
 
     def __init__(self, target: ReplicaTarget, index: int) -> None:
         self.index = index
@@ -142,6 +142,10 @@ class Replica:
         self.out_since = 0.0
         self.failures = 0  # consecutive connect failures and 5xx answers
         self.ejections = 0
+        self.server: dict | None = None  # its own /metrics' counts (replica_metrics), once read
+        self.raw: dict = {}  # the counters as it last said them, and what earlier runs of it had counted
+        self.base: dict = {}
+        self.exposes = True  # False once its /metrics answered 404
         self.inflight = 0
         self.down_until = 0.0
         self.progress = 0.0  # last response byte, or when in-flight went from 0 to 1
@@ -153,6 +157,19 @@ class Replica:
         self.target = target
         self.host, self.port = target.host, target.port
         self.host_line = b"host: %s:%d" % (self.host.encode(), self.port)
+
+    def note_server(self, counts: dict, now: float, wall: float) -> None:
+        """Its /metrics' counts: a counter that went down is a new process (a restart), whose counts
+        add to the earlier ones; generation tokens that grew with requests in flight are progress."""
+        before = (self.server or {}).get("generation_tokens")
+        for name in ("prompt_tokens", "generation_tokens"):
+            value = counts.get(name, 0.0)
+            if value < self.raw.get(name, 0.0):
+                self.base[name] = self.base.get(name, 0.0) + self.raw[name]
+            self.raw[name] = value
+        self.server = {**counts, **{n: self.base.get(n, 0.0) + self.raw[n] for n in self.raw}, "at": wall}
+        if before is not None and self.server["generation_tokens"] > before and self.inflight:
+            self.progress = now
 
     def take_idle(self, now: float) -> Upstream | None:
         """The most recently used idle connection that is still good (the others are closed)."""

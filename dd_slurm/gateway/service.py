@@ -41,6 +41,8 @@ EXIT_STALLED = 75
 STATE_SCHEMA = 1
 STATS_EVERY_S = 5.0
 WINDOW_S = 60.0
+SCRAPE_EVERY_S = 5.0  # the replicas' /metrics; at most a quarter of stall_timeout_s
+FINAL_SCRAPE_S = 1.0  # at the stop, of the time before the servers are stopped
 
 
 def log(message: str) -> None:
@@ -72,24 +74,50 @@ class Service:
             document["window"] = self.window
         return document
 
-    def totals(self) -> tuple[int, int]:
-        """(requests, 2xx answers) over every alias, so far."""
+    def totals(self) -> tuple[int, int, float]:
+        """(requests, 2xx answers, generation tokens the replicas counted) over every alias, so far."""
         return (sum(p.stats.requests for p in self.pools.values()),
-                sum(p.stats.responses.get("2xx", 0) for p in self.pools.values()))
+                sum(p.stats.responses.get("2xx", 0) for p in self.pools.values()),
+                sum((r.server or {}).get("generation_tokens", 0.0) for p in self.pools.values() for r in p.replicas))
 
     async def stats_every(self, stop: asyncio.Event) -> None:
         """gateway-stats.json rewritten every STATS_EVERY_S while serving (fresh processes on the
         login node read it), with the counts of the last minute (`window`)."""
-        samples: deque[tuple[float, int, int]] = deque([(self.clock.monotonic(), *self.totals())])
+        samples: deque[tuple[float, int, int, float]] = deque([(self.clock.monotonic(), *self.totals())])
         while not stop.is_set():
             await asyncio.sleep(STATS_EVERY_S)
-            now, (requests, ok) = self.clock.monotonic(), self.totals()
-            samples.append((now, requests, ok))
+            now, (requests, ok, tokens) = self.clock.monotonic(), self.totals()
+            samples.append((now, requests, ok, tokens))
             while len(samples) > 2 and now - samples[1][0] >= WINDOW_S:
                 samples.popleft()
-            then, requests_then, ok_then = samples[0]
-            self.window = {"seconds": round(now - then, 3), "requests": requests - requests_then, "ok": ok - ok_then}
+            then, requests_then, ok_then, tokens_then = samples[0]
+            self.window = {"seconds": round(now - then, 3), "requests": requests - requests_then, "ok": ok - ok_then,
+                           "generation_tokens": max(0.0, tokens - tokens_then)}
             self.write_stats()
+
+    async def scrape_every(self, stop: asyncio.Event) -> None:
+        """The replicas' own counters every SCRAPE_EVERY_S (at most a quarter of stall_timeout_s)."""
+        stall = self.config.stall_timeout_s
+        interval = min(SCRAPE_EVERY_S, stall / 4) if stall else SCRAPE_EVERY_S
+        while not stop.is_set():
+            await self.scrape()
+            await asyncio.sleep(interval)
+
+    async def scrape(self, timeout: float = 2.0) -> None:
+        """Every replica's own /metrics, side by side (replica_metrics): its token and request
+        counts for the stats and /metrics, and its progress for the stall watch."""
+        from dd_slurm.gateway.replica_metrics import NotExposed, read_metrics
+
+        replicas = [r for pool in self.pools.values() for r in pool.replicas
+                    if r.exposes and r.out not in ("lost", "restarting")]
+        found = await asyncio.gather(*(read_metrics(r.host, r.port, timeout) for r in replicas),
+                                     return_exceptions=True)
+        now, wall = self.clock.monotonic(), self.clock.wall()
+        for replica, counts in zip(replicas, found):
+            if isinstance(counts, NotExposed):
+                replica.exposes = False
+            elif isinstance(counts, dict):
+                replica.note_server(counts, now, wall)
 
     def write_stats(self) -> None:
         try:
@@ -154,7 +182,10 @@ class Service:
         sweeper = asyncio.ensure_future(proxy.sweeping())
         writer = asyncio.ensure_future(self.stats_every(stop))
         follower = asyncio.ensure_future(self.follow_routes(stop))
+        scraper = asyncio.ensure_future(self.scrape_every(stop)) if config.replica_metrics else None
         await stop.wait()
+        if scraper:
+            scraper.cancel()
         server.close()
         sweeper.cancel()
         writer.cancel()
@@ -164,6 +195,8 @@ class Service:
         for pool in self.pools.values():
             for replica in pool.replicas:
                 replica.close_idle()
+        if config.replica_metrics:
+            await self.scrape(FINAL_SCRAPE_S)  # the servers still run: their last counts go in the last stats
         self.write_stats()
         fatal = [s for s in self.stalled if not self._expendable(s["name"])]
         self.publish("stalled" if fatal else "stopped")

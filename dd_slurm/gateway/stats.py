@@ -99,6 +99,7 @@ def report(aliases: Iterable, now_wall: float, started_wall: float, addresses: b
         entry["replicas"] = [{"deployment": r.target.deployment, "replica": r.target.replica,
                               **({"base_url": r.target.base_url} if addresses else {}),
                               "max_inflight": r.target.max_inflight,
-                              "inflight": r.inflight, **r.stats.snapshot("peak_inflight")} for r in pool.replicas]
+                              "inflight": r.inflight, **r.stats.snapshot("peak_inflight"),
+                              **({"server": r.server} if r.server is not None else {})} for r in pool.replicas]
         out[pool.alias] = entry
     return {"schema": 1, "started_at": started_wall, "written_at": now_wall, "aliases": out}

@@ -28,6 +28,18 @@ class LatencySummary:
 
 
 @attrs.frozen(kw_only=True)
+class ServerCounts:
+    """What the replica's own /metrics said last (vLLM's or SGLang's names): tokens since it
+    started (across its restarts), requests running and waiting, and when (wall seconds)."""
+
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    running: float = 0.0
+    waiting: float = 0.0
+    at: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
 class ReplicaStats:
     deployment: str
     replica: int
@@ -39,6 +51,7 @@ class ReplicaStats:
     peak_inflight: int
     latency: LatencySummary
     base_url: Optional[str] = None  # absent from answers given over the network
+    server: Optional[ServerCounts] = None  # absent while the replica's /metrics has not answered
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +92,7 @@ class Window:
     seconds: float
     requests: int
     ok: int
+    generation_tokens: Optional[float] = None  # from the replicas' own counters, where they expose them
 
 
 @attrs.frozen(kw_only=True)
@@ -92,13 +106,15 @@ class GatewayStats:
 
 
 _COUNTS = mapping_of(int)
-for _kind in (LatencySummary, Rejected, Connections, Window):
+for _kind in (LatencySummary, Rejected, Connections, Window, ServerCounts):
     register_record(_kind)
 register_record(ReplicaStats, responses=_COUNTS, errors=_COUNTS)
 register_record(AliasStats, responses=_COUNTS, errors=_COUNTS)
 register_record(GatewayStats, schema=choice(SCHEMA), aliases=mapping_of(AliasStats))
 CONVERTER.register_unstructure_hook(ReplicaStats, make_dict_unstructure_fn(
-    ReplicaStats, CONVERTER, base_url=override(omit_if_default=True)))
+    ReplicaStats, CONVERTER, base_url=override(omit_if_default=True), server=override(omit_if_default=True)))
+CONVERTER.register_unstructure_hook(Window, make_dict_unstructure_fn(
+    Window, CONVERTER, generation_tokens=override(omit_if_default=True)))
 CONVERTER.register_unstructure_hook(GatewayStats, make_dict_unstructure_fn(
     GatewayStats, CONVERTER, connections=override(omit_if_default=True), window=override(omit_if_default=True)))
 

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 RANK_FAILURE_EXIT = 17
 
@@ -61,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key-var", "--api-key-env", dest="api_key_var", default=None,
                    help="environment variable holding the key /v1/* requires (vLLM's VLLM_API_KEY)")
     p.add_argument("--request-log", default=None, help="append one JSON line per completion request")
+    p.add_argument("--stats-out", default=None,
+                   help="on SIGTERM, write the /stats document (requests, tokens) to FILE.<DD_SLURM_ROLE>.json")
     p.add_argument("--stall-after-requests", type=int, default=None, help="requests after the Nth never answer")
     p.add_argument("--faults-for", default=None,
                    help="apply the crash and stall faults only in the step with this DD_SLURM_ROLE (one replica)")
@@ -70,10 +73,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+AT_EXIT: list = []  # what SIGTERM does before the process exits (--stats-out)
+
+
 def install_sigterm(ignore_s: float) -> None:
     def on_term(_signo: int, _frame: object) -> None:
         if ignore_s <= 0:
             log("SIGTERM: exiting")
+            for action in AT_EXIT:
+                action()
             os._exit(0)
         log(f"SIGTERM: ignoring for {ignore_s}s")
         threading.Timer(ignore_s, lambda: os._exit(0)).start()
@@ -138,6 +146,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, b"", "text/plain")
         elif self.path == "/stats":
             self.reply(200, json.dumps(self.server.stats()).encode())
+        elif self.path == "/metrics":
+            self.reply(200, self.server.exposition(), "text/plain; version=0.0.4; charset=utf-8")
         elif self.path == "/v1/models":
             model = {"id": self.server.model, "object": "model", "created": 0, "owned_by": "dd-slurm-fake",
                      "root": self.server.model, "max_model_len": 4096}
@@ -158,11 +168,13 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, json.dumps({"detail": "Not Found"}).encode())
             return
         number = self.server.count_request(self.path, body)
+        answer = self.server.answer(self.path, body)
+        tokens = answer["usage"]["completion_tokens"]
         with self.server.slot():
             if self.server.args.stall_after_requests is not None and number > self.server.args.stall_after_requests:
                 threading.Event().wait()  # a hung engine: the request is held, /health still answers
-            time.sleep(self.server.args.latency_s)
-        answer = self.server.answer(self.path, body)
+            self.server.decode(tokens, self.server.args.latency_s)
+        self.server.finish(answer["usage"]["prompt_tokens"], tokens)
         if body.get("stream") is True:
             self.stream(answer)
         else:
@@ -229,6 +241,8 @@ class ModelServer(ThreadingHTTPServer):
         self.requests = 0
         self.by_path: dict[str, int] = {}
         self.serving = self.peak_serving = 0
+        self.waiting = 0
+        self.prompt_tokens = self.generation_tokens = self.succeeded = 0  # vLLM's counters, served at /metrics
         self.lock = threading.Lock()
         self.slots = FifoSlots(args.capacity) if args.capacity else contextlib.nullcontext()
         self.api_key = os.environ.get(args.api_key_var) if args.api_key_var else None
@@ -236,8 +250,11 @@ class ModelServer(ThreadingHTTPServer):
     @contextlib.contextmanager
     def slot(self):
         """Held while a request is served: at most --capacity at once, the others wait their turn."""
+        with self.lock:
+            self.waiting += 1
         with self.slots:
             with self.lock:
+                self.waiting -= 1
                 self.serving += 1
                 self.peak_serving = max(self.peak_serving, self.serving)
             try:
@@ -263,10 +280,48 @@ class ModelServer(ThreadingHTTPServer):
                 exit_later(0.05, self.args.exit_code, f"crash after {self.requests} requests")
         return number
 
+    def early_tokens(self, tokens: int) -> int:
+        """How many of a request's tokens the counter shows before it ends: all but the last, spread
+        over its latency, when that is 0.2 s or more (a short one counts them at its end)."""
+        return max(tokens - 1, 0) if self.args.latency_s >= 0.2 else 0
+
+    def decode(self, tokens: int, seconds: float) -> None:
+        """`seconds` of generation, the generation counter moving as it goes (as an engine's moves
+        with each decode step), the last token counted when the request ends."""
+        early = self.early_tokens(tokens)
+        step = seconds / max(tokens, 1)
+        for _ in range(early):
+            time.sleep(step)
+            with self.lock:
+                self.generation_tokens += 1
+        time.sleep(max(0.0, seconds - step * early))
+
+    def finish(self, prompt_tokens: int, tokens: int) -> None:
+        with self.lock:
+            self.prompt_tokens += prompt_tokens
+            self.generation_tokens += tokens - self.early_tokens(tokens)
+            self.succeeded += 1
+
+    def exposition(self) -> bytes:
+        """vLLM's own metric names (what the gateway aggregates and watches for progress)."""
+        model = self.model.replace("\\", "").replace('"', "")
+        label = '{model_name="' + model + '"}'
+        with self.lock:
+            values = [("num_requests_running", "gauge", self.serving), ("num_requests_waiting", "gauge", self.waiting),
+                      ("prompt_tokens_total", "counter", self.prompt_tokens),
+                      ("generation_tokens_total", "counter", self.generation_tokens),
+                      ("request_success_total", "counter", self.succeeded)]
+        lines = []
+        for name, kind, value in values:
+            lines += [f"# HELP vllm:{name} {name.replace('_', ' ')}", f"# TYPE vllm:{name} {kind}",
+                      f"vllm:{name}{label} {float(value)}"]
+        return ("\n".join(lines) + "\n").encode()
+
     def stats(self) -> dict:
         with self.lock:
             return {"requests": self.requests, "by_path": dict(self.by_path), "serving": self.serving,
-                    "peak_serving": self.peak_serving}
+                    "peak_serving": self.peak_serving, "prompt_tokens": self.prompt_tokens,
+                    "generation_tokens": self.generation_tokens}
 
     def answer(self, path: str, body: dict) -> dict:
         text = completion_text(self.model, prompt_of(body))
@@ -346,6 +401,9 @@ def main(argv: list[str] | None = None) -> None:
         log("load failed")
         sys.exit(args.exit_code)
     server = ModelServer(args)
+    if args.stats_out:
+        role = os.environ.get("DD_SLURM_ROLE", "server")
+        AT_EXIT.append(lambda: Path(f"{args.stats_out}.{role}.json").write_text(json.dumps(server.stats())))
     times = os.times()
     log(f"start-up cpu {times.user + times.system:.3f}s")  # for the scale benchmark: what a server costs to start
     log(f"serving {args.model} on {args.host}:{args.port} since {time.time():.3f}")

@@ -36,6 +36,21 @@ def test_progress_counts_the_gateway_and_the_complete_records(tmp_path) -> None:
             "tokens_out": None, "tokens_per_s": None, "records": 3, "records_target": 3, "eta_s": None} == found
 
 
+def test_tokens_come_from_the_replicas_own_counters(tmp_path) -> None:
+    """Two replicas whose /metrics counted 600 and 400 generated tokens, 500 of them in the last
+    50 s: tokens_out 1000, tokens_per_s 10; the line shows the rate."""
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")
+    doc = stats(100, 90, 4, {"seconds": 50.0, "requests": 25, "ok": 25, "generation_tokens": 500.0})
+    for replica, tokens in zip(doc["aliases"]["m"]["replicas"], (600.0, 400.0)):
+        replica["server"] = {"prompt_tokens": 10.0, "generation_tokens": tokens, "running": 1.0, "waiting": 0.0,
+                             "at": 1.0}
+    (attempt / "gateway-stats.json").write_text(json.dumps(doc))
+    found = progress(attempt, 100.0)
+    assert (1000, 10.0, "25 req/s  10 tok/s  429s 4%") == (found["tokens_out"], found["tokens_per_s"], progress_line(
+        {**found, "req_per_s": 25.0, "records": None}))
+
+
 def test_before_the_gateway_wrote_anything_progress_is_unknown_not_zero(tmp_path) -> None:
     attempt = staged(tmp_path, "1000")
     journal_to(attempt, "verified", "preflight", "deploying", "ready", "client")

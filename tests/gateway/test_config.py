@@ -93,8 +93,9 @@ def test_for_attempt_builds_from_the_endpoint_replicas_and_the_plan_settings() -
     assert (config.aliases["m"][1], config.state_path, config.stats_path, config.queue_limit, config.stall_timeout_s,
             config.api_key_var) == (ReplicaTarget("d", 1, "http://10.0.0.1:8001/v1", 2, True), "/ws/a/gateway-state.json",
                                     "/ws/a/gateway-stats.json", 4, None, "DD_KEY")
-    assert (3.0, 7.0, 9, 5, "/ws/a/gateway-routes.json") == (
-        config.header_timeout_s, config.idle_timeout_s, config.max_connections, config.eject_after, config.routes_path)
+    assert (3.0, 7.0, 9, 5, "/ws/a/gateway-routes.json", True) == (
+        config.header_timeout_s, config.idle_timeout_s, config.max_connections, config.eject_after, config.routes_path,
+        config.replica_metrics)
     assert config == load(dump(config).decode())
     assert (1024, 30.0, 300.0) == (lambda c: (c.queue_limit, c.queue_timeout_s, c.stall_timeout_s))(
         for_attempt("/ws/a", models, {}))
