@@ -267,20 +267,26 @@ def _counting_tools(directory: Path) -> tuple[Path, Path]:
     return bin_dir, log
 
 
-def runtime_benchmarks(runs: int = 3, sizes: Sizes = FULL) -> list[dict]:
-    if down := cluster_down(sizes):
-        return [row("runtime figures", [], "", "", down)]
+def use_host_cluster() -> None:
+    """submit() runs the cluster's tools: the one on PATH (the host's), unless a test chose one."""
     import shutil
 
-    from tests.runtime.harness import plan_data
     from tests.slurm import real_attempt
     from tests.slurm.clusters import Cluster, table
-    from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
 
-    if real_attempt.CLUSTER["current"] is None:  # submit() runs the cluster's tools: the one on PATH (the host's)
+    if real_attempt.CLUSTER["current"] is None:
         host = next(v for v, r in table().items() if r["root"] == "host")
         real_attempt.CLUSTER["current"] = Cluster(host, str(Path(shutil.which("sinfo") or "/usr/bin/sinfo").parent),
                                                   table()[host]["net"])
+
+
+def runtime_benchmarks(runs: int = 3, sizes: Sizes = FULL) -> list[dict]:
+    if down := cluster_down(sizes):
+        return [row("runtime figures", [], "", "", down)]
+    from tests.runtime.harness import plan_data
+    from tests.slurm.real_attempt import submit, wait_job_gone, wait_state
+
+    use_host_cluster()
     load, grace = 2.0, 2.0
     found: dict[str, list[float]] = {"overhead": [], "own_load": [], "readiness": [], "cleanup": [], "ignoring": [],
                                      "rss": []}
@@ -379,8 +385,11 @@ def main(argv: list[str]) -> int:
 
     rows += gateway_benchmarks(row, sizes)
     from tests.bench.bench_loss import loss_benchmarks
+    from tests.bench.bench_metrics import metrics_cost, running_status
 
     rows += loss_benchmarks(row, sizes)
+    rows += metrics_cost(row, sizes)
+    rows += running_status(row, sizes, fresh_process, cluster_down)
     text = table(rows)
     print(f"machine: {machine}\n\n{text}")
     out.mkdir(parents=True, exist_ok=True)
