@@ -59,20 +59,38 @@ def gateway_counts(attempt_dir: Path) -> dict[str, Any]:
             "replicas_serving": sum(len(a.replicas) for a in aliases)}
 
 
+def result_settings(attempt_dir: Path) -> tuple[str, str, Optional[int]]:
+    """The plan's client.result path, format and target (min_records when > 0), checked by the
+    plan's own rules without structuring the whole plan (a fresh `status` process every few seconds:
+    the plan's records and their structuring are a sixth of its time). AttemptDirError otherwise."""
+    import json
+
+    from dd_slurm.errors import AttemptDirError
+    from dd_slurm.plan import checks, fields
+
+    try:
+        result = json.loads((attempt_dir / files.PLAN).read_bytes())["client"]["result"]
+        path, kind, target = result["path"], result["format"], result.get("min_records", 0)
+        checks.result_path(path)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise AttemptDirError(f"{attempt_dir / files.PLAN}: client.result cannot be read ({err})") from None
+    if kind not in fields.RESULT_FORMATS or type(target) is not int or target < 0:
+        raise AttemptDirError(f"{attempt_dir / files.PLAN}: client.result is not a valid result")
+    return path, kind, target or None
+
+
 def progress(attempt_dir: Path, now: float) -> dict[str, Any]:
     """requests, ok, rejected_429, errors, req_per_s (the last minute), replicas_serving, records
     (complete JSON lines so far), records_target (min_records when > 0), eta_s (from the records'
     rate since the client started), tokens_out and tokens_per_s (the last minute) from the
     replicas' own counters (null where no replica exposes them)."""
     from dd_slurm.plan.fields import expand
-    from dd_slurm.plan.io import load_plan
     from dd_slurm.store.attempt_record import read_record
 
-    result = load_plan(attempt_dir / files.PLAN).client.result
+    path, kind, target = result_settings(attempt_dir)
     shard = read_record(attempt_dir).get("shard") or {}
-    name = expand(result.path, {"shard_index": str(shard.get("index", 0)), "num_shards": str(shard.get("count", 1))})
-    records = complete_lines(attempt_dir / files.RESULTS_DIR / name) if result.format == "jsonl" else None
-    target = result.min_records or None
+    name = expand(path, {"shard_index": str(shard.get("index", 0)), "num_shards": str(shard.get("count", 1))})
+    records = complete_lines(attempt_dir / files.RESULTS_DIR / name) if kind == "jsonl" else None
     started = client_started(attempt_dir)
     eta = None
     if records and target and records < target and started is not None and now > started:

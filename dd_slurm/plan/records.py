@@ -8,7 +8,6 @@ import attrs
 
 from dd_slurm.plan import checks, fields
 
-RESULT_FORMATS = ("jsonl", "json", "parquet", "file")
 STOP_SIGNALS = ("TERM", "INT", "USR1")
 
 _v, _opt = checks.v, checks.opt
@@ -102,7 +101,7 @@ class Deployment:
 @attrs.frozen
 class Result:
     path: str = attrs.field(validator=_v(checks.result_path))
-    format: str = attrs.field(validator=_v(checks.one_of(RESULT_FORMATS)))
+    format: str = attrs.field(validator=_v(checks.one_of(fields.RESULT_FORMATS)))
     min_records: int = attrs.field(default=0, validator=_v(checks.between(0, 2**63 - 1)))
     keep_partial: bool = True
 
