@@ -64,6 +64,15 @@ class FirstSight:
         self.hit[ours[0].split(b"=", 1)[1].decode()] = comm.decode()
 
 
+def slow_plan() -> dict:
+    """An attempt that lives a minute unless stopped: on a loaded machine the watcher's scan of
+    /proc can take seconds, and an attempt that ended first would never be signalled at all."""
+    data = plan_data("single-node")
+    data["client"]["argv"] += ["--sleep", "60"]
+    data["client"]["timeout_s"] = None
+    return data
+
+
 SCRIPT_COMM = "slurm_script"  # the name the kernel gives a process that execs a script by its #! line
 
 
@@ -83,7 +92,7 @@ def test_a_sigterm_at_the_supervisors_first_instant_ends_the_attempt_cancelled(t
     watcher = FirstSight(PREFIX["current"] + "first-")
     watcher.thread.start()
     try:
-        submitted = [submit(tmp_path, plan_data("single-node"), f"first-{n}") for n in range(TRIES)]
+        submitted = [submit(tmp_path, slow_plan(), f"first-{n}") for n in range(TRIES)]
         for _attempt_dir, job_id in submitted:
             wait_job_gone(job_id, 300)
     finally:
