@@ -25,14 +25,16 @@ AFTER_LOSS_S = 10.0
 RUNS = 3
 
 
-def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int]) -> tuple[int, int, Path]:
-    """(port, pid, routes file) of a gateway over `ports` that follows a routes file."""
+def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int],
+                  metrics: bool = False) -> tuple[int, int, Path]:
+    """(port, pid, routes file) of a gateway over `ports` that follows a routes file; `metrics`:
+    it reads the replicas' own /metrics, as an attempt's gateway does."""
     routes = tmp / f"{name}-routes.json"
     config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
               "aliases": {"m": {"replicas": [{"deployment": "bench", "replica": i, "expendable": True,
                                               "base_url": f"http://127.0.0.1:{p}/v1"} for i, p in enumerate(ports)]}},
               "state_path": str(tmp / f"{name}-state.json"), "stats_path": str(tmp / f"{name}-stats.json"),
-              "stall_timeout_s": 60, "routes_path": str(routes)}
+              "stall_timeout_s": 60, "routes_path": str(routes), "replica_metrics": metrics}
     (tmp / f"{name}.json").write_text(json.dumps(config))
     proc = procs.start([sys.executable, "-m", "dd_slurm.gateway", str(tmp / f"{name}.json")],
                        {**os.environ, "PYTHONPATH": str(ROOT)})

@@ -11,7 +11,6 @@ an attempt whose client is running (with its progress).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,29 +20,12 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.bench.bench_gateway import PATH, ROOT, Processes, load
-from tests.bench.bench_loss import backends
+from tests.bench.bench_gateway import PATH, Processes, load
+from tests.bench.bench_loss import backends, start_gateway
 from tests.bench.sizes import Sizes
 
 RUNS = 3
 SECONDS = 5.0
-
-
-def start_gateway(procs: Processes, tmp: Path, name: str, ports: list[int], metrics: bool) -> tuple[int, int]:
-    config = {"schema": 1, "listen": {"host": "127.0.0.1", "port": 0},
-              "aliases": {"m": {"replicas": [{"deployment": "bench", "replica": i,
-                                              "base_url": f"http://127.0.0.1:{p}/v1"} for i, p in enumerate(ports)]}},
-              "state_path": str(tmp / f"{name}-state.json"), "stats_path": str(tmp / f"{name}-stats.json"),
-              "stall_timeout_s": 60, "replica_metrics": metrics}
-    (tmp / f"{name}.json").write_text(json.dumps(config))
-    proc = procs.start([sys.executable, "-m", "dd_slurm.gateway", str(tmp / f"{name}.json")],
-                       {**os.environ, "PYTHONPATH": str(ROOT)})
-    state = tmp / f"{name}-state.json"
-    while not state.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"the gateway exited {proc.poll()}")
-        time.sleep(0.05)
-    return json.loads(state.read_text())["port"], proc.pid
 
 
 def scraping(port: int, stop: threading.Event) -> None:
@@ -63,8 +45,8 @@ def metrics_cost(row: Callable[..., dict], sizes: Sizes) -> list[dict]:
         tmp = Path(name)
         try:
             ports, pids = backends(procs, 4)
-            plain, plain_pid = start_gateway(procs, tmp, "plain", ports, metrics=False)
-            watched, watched_pid = start_gateway(procs, tmp, "watched", ports, metrics=True)
+            plain, plain_pid, _ = start_gateway(procs, tmp, "plain", ports, metrics=False)
+            watched, watched_pid, _ = start_gateway(procs, tmp, "watched", ports, metrics=True)
             pairs = []
             for _ in range(1 if sizes.quick else RUNS):
                 base = load([(plain, "/m" + PATH)], connections, {"gateway": [plain_pid]}, seconds, 0.5)
