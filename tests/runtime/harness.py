@@ -113,6 +113,14 @@ def outcome(attempt_dir: Path) -> tuple[Optional[str], Optional[str]]:
     return last.get("outcome"), last.get("reason")
 
 
+def evidence(attempt_dir: Path) -> str:
+    """For a failure message: the attempt's last journal entries and the last lines of its logs."""
+    lines = (attempt_dir / "journal.jsonl").read_text().splitlines()[-4:] if (attempt_dir / "journal.jsonl").exists() else []
+    logs = [f"--- {log.name}: " + " | ".join(log.read_text(errors="replace").splitlines()[-6:])
+            for log in sorted((attempt_dir / "logs").glob("*.log"))]
+    return "\n".join([str(attempt_dir), *lines, *logs])
+
+
 def three_single_node_deployments(data: dict) -> dict:
     """The single-node plan with three one-node deployments on a 3-node job: placement puts them
     on the first, second and third node, whichever nodes Slurm picks."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.runtime.harness import no_leftovers, outcome, plan_data, read
+from tests.runtime.harness import evidence, no_leftovers, outcome, plan_data, read
 from tests.runtime.test_identity_fake import auth_client
 from tests.slurm.conftest import wait_until, write_script
 from tests.slurm.real_attempt import EXE, submit, wait_job_gone, wait_state
@@ -64,7 +64,7 @@ def test_the_same_plan_three_times_at_once(tmp_path, cluster, port: str) -> None
         assert result != "succeeded" or replies_are_own(directory), directory
         assert [] == no_leftovers(directory.name)
     if port == "null":
-        assert [("succeeded", "ok")] * 3 == ends
+        assert [("succeeded", "ok")] * 3 == ends, "\n".join(evidence(d) for d in dirs if outcome(d)[0] != "succeeded")
 
 
 def _foreign_http_servers(port: int, cluster) -> list[subprocess.Popen]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.harness import plan_data
+from tests.runtime.harness import evidence, plan_data
 from tests.slurm import real_attempt
 from tests.slurm.real_attempt import EXE, submit, wait_state
 
@@ -83,8 +83,9 @@ def test_a_readiness_timeout_points_at_logs_and_rows_that_exist(tmp_path, cluste
                          capture_output=True, text=True, timeout=220, env=cluster.env())
     lines, attempt_dir = out.stdout.splitlines(), out.stdout.split("\n", 1)[0]
     assert 4 == out.returncode, out.stdout + out.stderr
-    end = max(i for i, line in enumerate(lines) if line.endswith("=> timed_out (readiness_timeout), exit 4"))  # the
-    # outcome line repeats when the job's state moves after the attempt is done
+    ends = [i for i, line in enumerate(lines) if line.endswith("=> timed_out (readiness_timeout), exit 4")]
+    assert ends, out.stdout + out.stderr + evidence(Path(attempt_dir))
+    end = ends[-1]  # the outcome line repeats when the job's state moves after the attempt is done
     failure = re.fullmatch(r"failure: readiness_timeout in deploying: (\S+) not healthy within 6s \(last probe: "
                            r"HTTP 404 on /wrong: check health_path\); see logs/deploy-\1\.log", lines[end + 1])
     assert failure is not None, lines[end + 1]
