@@ -14,7 +14,8 @@ GUARDED_TRIGGERS = ("verify", "deploy", "mark_ready", "start_client", "finalize"
 
 _FAILED_ONLY = (
     "bundle_checksum", "plan_digest", "plan_invalid", "gpu_shape", "hosts", "probe_failed", "placement",
-    "paths", "not_in_allocation", "srun_missing", "executable_missing", "port_busy", "server_identity",
+    "paths", "not_in_allocation", "srun_missing", "executable_missing", "image_missing", "image_digest", "port_busy",
+    "server_identity",
     "preflight_failed", "preflight_timeout", "launch_failed", "server_exited_while_loading", "server_crashed",
     "server_stalled", "replicas_below_min", "gateway_failed", "follower_exited", "client_failed", "client_timeout",
     "result_missing",

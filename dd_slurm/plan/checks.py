@@ -135,6 +135,37 @@ def absolute_path(value: str) -> None:
         raise fields.FieldError("must be an absolute path")
 
 
+_IMAGE_REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:#@+-]{0,254}")  # docker://..., nvcr.io#nvidia/vllm:tag
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def image(value: str) -> None:
+    """A squashfs image file (absolute path) or a registry reference pyxis imports; either travels
+    inside one srun option, so no ','."""
+    fields.check_text(value)
+    if "," in value:
+        raise fields.FieldError("must not contain ',' (srun --container-image takes one value)")
+    if not value.startswith("/") and (value.startswith(".") or value.endswith((".sqsh", ".squashfs"))):
+        raise fields.FieldError("an image file must be given by its absolute path")
+    if not value.startswith("/") and not _IMAGE_REFERENCE.fullmatch(value):
+        raise fields.FieldError("must be an absolute path of a squashfs image or a registry reference "
+                                "(docker://REGISTRY/IMAGE:TAG, REGISTRY#IMAGE:TAG)")
+
+
+def sha256_hex(value: str) -> None:
+    if not _SHA256.fullmatch(value):
+        raise fields.FieldError("must be a sha256 digest: 64 lowercase hex digits")
+
+
+def container_mount(value: str) -> None:
+    """`SRC:DST` or `SRC:DST:ro`, both absolute (no ',': srun --container-mounts separates with it)."""
+    fields.check_text(value)
+    parts = value.split(":")
+    if "," in value or len(parts) not in (2, 3) or not all(p.startswith("/") for p in parts[:2]) or \
+            parts[2:] not in ([], ["ro"]):
+        raise fields.FieldError('must be "SRC:DST" or "SRC:DST:ro" with absolute paths and no ","')
+
+
 def argv(allowed: frozenset[str]) -> Callable[[Any], None]:
     def check(values: tuple[str, ...]) -> None:
         if not values:

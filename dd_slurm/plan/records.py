@@ -64,6 +64,21 @@ class Restart:
 
 
 @attrs.frozen
+class Container:
+    """Run a step's program inside this image (pyxis: srun --container-image)."""
+
+    image: str = attrs.field(validator=_v(checks.image))
+    image_sha256: Optional[str] = attrs.field(default=None, validator=_v(_opt(checks.sha256_hex)))
+    mounts: tuple[str, ...] = attrs.field(default=(), validator=_v(fields.each(checks.container_mount)))
+    workdir: Optional[str] = attrs.field(default=None, validator=_v(_opt(checks.absolute_path)))
+
+    def __attrs_post_init__(self) -> None:
+        if self.image_sha256 is not None and not self.image.startswith("/"):
+            raise fields.FieldError("only for an image file: a registry reference is pulled by pyxis, not checked "
+                                    "here", ".image_sha256")
+
+
+@attrs.frozen
 class Deployment:
     name: str = attrs.field(validator=_v(checks.identifier))
     model_alias: str = attrs.field(validator=_v(checks.identifier))
@@ -83,7 +98,7 @@ class Deployment:
     # The attempt goes on while this many replicas are not lost (null: all of them, the default).
     min_replicas: Optional[int] = attrs.field(default=None, validator=_v(_opt(checks.between(1, checks.MAX_REPLICAS))))
     restart: Optional[Restart] = None
-    container: Any = attrs.field(default=None, validator=_v(checks.not_yet("containers")))
+    container: Optional[Container] = None
     weights: Any = attrs.field(default=None, validator=_v(checks.not_yet("weights staging")))
 
     def __attrs_post_init__(self) -> None:
@@ -117,7 +132,7 @@ class Client:
     timeout_s: Optional[float] = attrs.field(default=None, validator=_v(_opt(_positive)))
     stop_signal: str = attrs.field(default="TERM", validator=_v(checks.one_of(STOP_SIGNALS)))
     stop_grace_s: float = attrs.field(default=30.0, validator=_v(checks.between(0, checks.MAX_SECONDS)))
-    container: Any = attrs.field(default=None, validator=_v(checks.not_yet("containers")))
+    container: Optional[Container] = None
 
 
 @attrs.frozen

@@ -13,7 +13,7 @@ from attrs import evolve
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan.placement import Placed
-from dd_slurm.runtime import gateway_step, verify, waits
+from dd_slurm.runtime import gateway_step, images, verify, waits
 from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import endpoint_map, publish
@@ -22,7 +22,7 @@ from dd_slurm.runtime.node.stepexec import probe_answer, read_json
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
 from dd_slurm.runtime.replicas import published_port
-from dd_slurm.runtime.results import keep_partial, validate_result
+from dd_slurm.runtime.results import keep_partial, validate_result, with_images
 from dd_slurm.runtime.session import NotPrepared, Session
 from dd_slurm.runtime.step_specs import StepSpec, needs_port, with_port
 from dd_slurm.store import attempt_files as files
@@ -89,6 +89,9 @@ class RuntimeActions:
         verify.check_gpu_shape(plan, alloc)
         verify.check_hosts(alloc.nodes)
         verify.check_paths(s.workspace, s.dir, s.results_dir, s.dir / files.LOGS_DIR)
+        used = images.check_images(plan, s.workspace / files.IMAGE_DIGESTS, s.gate.check)
+        if used:
+            images.write_used(s.dir, used)
         s.prepare()
         self.ensure_readiness()
         self.publish("planned")
@@ -270,7 +273,7 @@ class RuntimeActions:
     def results_valid(self) -> bool:
         s = self.session
         manifest = validate_result(s.results_dir, s.prepared.plan.client.result, s.shard)
-        write_json_atomic(self.session.dir / files.RESULT_MANIFEST, manifest)
+        write_json_atomic(self.session.dir / files.RESULT_MANIFEST, with_images(manifest, s.dir))
         return True
 
     def run_cleanup(self, outcome: str, reason: str) -> None:

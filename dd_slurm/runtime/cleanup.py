@@ -41,6 +41,16 @@ AFTER_GRACE_S = 2.0  # of the budget kept back from the grace: SIGKILL, the scan
 _JOB_ENDING = re.compile(r"has expired|Expired or invalid job|already completing|Job/step already|Invalid job id")
 
 
+def note_containers(report: ReportDraft, node: str, answer: dict) -> None:
+    """enroot containers the scan found: removed ones are noted, any other is a problem."""
+    found, removed = answer.get("containers_found") or [], answer.get("containers_removed") or []
+    if removed:
+        report.notes.append(f"enroot containers removed on {node}: {', '.join(removed)}")
+    left = [n for n in found if n not in removed]
+    if left:
+        report.problems.append(f"enroot containers left on {node}: {', '.join(left)}")
+
+
 def leftover(found: dict, node: str) -> Leftover:
     """One process of a node's scan answer, as the report records it."""
     return Leftover(pid=found["pid"], node=node, start_time=found["start_time"], role=found["role"],
@@ -236,6 +246,7 @@ class Cleanup:
             report.methods[node] = answer.get("methods", {"environment": "ran"})
             report.leftovers_found += [leftover(p, node) for p in answer["found"]]
             report.leftovers_killed += [Killed(pid=pid, node=node) for pid in answer["killed"]]
+            note_containers(report, node, answer)
         if self.runner is not None and answers and any(a["found"] for a in answers.values()):
             self.clock.sleep(0.2)  # without a runner, _scan_here has already looked again
             after, problem = self.runner.on_nodes(self.nodes, ["_scan", self.attempt_id, "--dir", str(self.dir)],

@@ -121,6 +121,14 @@ def validate_result(results_dir: Path, spec: Result, shard: tuple[int, int] = (0
     return {"path": name, "format": spec.format, "records": records, "bytes": size, "sha256": sha256}
 
 
+def with_images(manifest: dict, attempt_dir: Path) -> dict:
+    """The manifest with the container images the attempt ran (provenance), when it ran any."""
+    from dd_slurm.runtime.images import read_used
+
+    used = read_used(attempt_dir)
+    return {**manifest, "images": used} if used else manifest
+
+
 def held_by(root: Path, most: int = 8) -> str:
     """What the results dir holds, for a result that is missing: its first entries by name."""
     try:
@@ -145,5 +153,5 @@ def keep_partial(attempt_dir: Path, results_dir: Path, spec: Result, shard: tupl
         manifest = validate_result(results_dir, spec, shard, partial=True, out_of_time=out_of_time)
     except AttemptFailure as err:
         return f"partial result not kept: {err.reason}: {err.detail}"
-    write_json_atomic(Path(attempt_dir) / files.RESULT_MANIFEST, manifest)
+    write_json_atomic(Path(attempt_dir) / files.RESULT_MANIFEST, with_images(manifest, Path(attempt_dir)))
     return f"partial result kept: {manifest['path']}, {manifest['records']} records"

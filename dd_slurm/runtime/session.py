@@ -84,7 +84,7 @@ class Session:
         self.shard = shard_of(record, self.ambient)
         self.table = ProcessTable(self.dir, self.clock)
         self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / files.ENDPOINTS), str(self.results_dir),
-                             *self.shard)
+                             *self.shard, bundle_dir=str(self.bundle_dir))
 
     @property
     def attempt_id(self) -> str:
@@ -190,6 +190,9 @@ class Session:
             entry = nodes.setdefault(spec.node, {"ports": [], "executables": []})
             if spec.deployment and spec.rank == 0 and not spec.choose_port:
                 entry["ports"].append(int(spec.values["port"]))
+            if spec.container:  # its program is inside the image: the launcher looks for it there
+                entry.setdefault("images", []).append(spec.container.image)
+                continue
             path = spec.env.get("PATH")
             if path is None and "PATH" in spec.passed:
                 passed["PATH"] = self.ambient["PATH"]

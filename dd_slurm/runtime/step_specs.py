@@ -27,11 +27,27 @@ import attrs
 
 from dd_slurm.plan.fields import expand
 from dd_slurm.plan.placement import Placed
-from dd_slurm.plan.records import Deployment, Env, Plan
+from dd_slurm.plan.records import Container, Deployment, Env, Plan
 from dd_slurm.store import attempt_files as files
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+CONTAINER_PYTHON = "/usr/bin/python3"  # runs the launcher inside an image (the plan's runtime.python is the host's)
 RUNTIME_NAMES = ("DD_SLURM_ATTEMPT_ID", "DD_SLURM_ROLE")  # srun carries these from its own environment
+
+
+@attrs.frozen
+class ContainerRun:
+    """A step run inside an image through pyxis: the plan's mounts plus the attempt's own dirs at
+    the same paths, and the working directory."""
+
+    image: str
+    mounts: tuple[str, ...]
+    workdir: str
+
+    def srun_options(self, names: str) -> list[str]:
+        """`names`: the environment names srun exports, kept over any value the image sets."""
+        return [f"--container-image={self.image}", f"--container-mounts={','.join(self.mounts)}",
+                f"--container-workdir={self.workdir}", f"--container-env={names}", "--no-container-mount-home"]
 
 
 @attrs.frozen
@@ -51,6 +67,7 @@ class StepSpec:
     choose_port: bool = False  # the launcher picks a free port on its node for {port}
     avoid_ports: tuple[int, ...] = ()  # fixed ports of other replicas on this node
     held: bool = False  # launched early: the launcher waits for "go" on its stdin before it looks at its program
+    container: Optional[ContainerRun] = None
 
     @property
     def unit(self) -> str:
@@ -78,6 +95,17 @@ class Layout:
     results_dir: str
     shard_index: int = 0
     num_shards: int = 1
+    bundle_dir: str = ""
+
+
+def container_run(container: Optional[Container], layout: Layout) -> Optional[ContainerRun]:
+    """Inside an image the attempt dir, the results dir and the bundle are where they are outside,
+    so every placeholder and the launcher's own paths still point where they should."""
+    if container is None:
+        return None
+    own = [d for d in (layout.attempt_dir, layout.results_dir, layout.bundle_dir) if d]
+    mounts = tuple(dict.fromkeys([*container.mounts, *(f"{d}:{d}" for d in own)]))
+    return ContainerRun(image=container.image, mounts=mounts, workdir=container.workdir or layout.attempt_dir)
 
 
 def step_env(env: Env, ambient: Mapping[str, str], layout: Layout, role: str) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -120,7 +148,8 @@ def replica_steps(plan: Plan, dep: Deployment, placed: Placed, layout: Layout, a
             name=name, node=node, argv=tuple(dep.argv if rank == 0 else (dep.follower_argv or ())), values=values,
             env=env, passed=passed, gres_gpus=plan.job.gpus_per_node if dep.gpus_per_node else 0,
             gpu_slots=placed.gpu_slots, cpus=plan.job.cpus_per_task, deployment=dep.name, replica=placed.replica,
-            rank=rank, choose_port=placed.port is None and rank == 0, avoid_ports=avoid_ports if rank == 0 else ()))
+            rank=rank, choose_port=placed.port is None and rank == 0, avoid_ports=avoid_ports if rank == 0 else (),
+            container=container_run(dep.container, layout)))
     return steps
 
 
@@ -138,16 +167,18 @@ def client_step(plan: Plan, node: str, layout: Layout, ambient: Mapping[str, str
     template = plan.client.preflight_argv if preflight else plan.client.argv
     env, passed = step_env(plan.client.env, ambient, layout, name)
     return StepSpec(name=name, node=node, argv=tuple(template or ()), values=common_values(layout), env=env,
-                    passed=passed, cpus=plan.job.cpus_per_task)
+                    passed=passed, cpus=plan.job.cpus_per_task, container=container_run(plan.client.container, layout))
 
 
 def srun_argv(spec: StepSpec, srun: str, job_id: str, interpreter: list[str], entry: str,
               spec_path: str) -> list[str]:
     gres = f"gpu:{spec.gres_gpus}" if spec.gres_gpus else "none"
     exports = ",".join(RUNTIME_NAMES + spec.passed)
+    inside = spec.container.srun_options(exports) if spec.container else []
+    python = [CONTAINER_PYTHON, *interpreter[1:]] if spec.container else interpreter
     return [srun, f"--jobid={job_id}", "--nodes=1", "--ntasks=1", f"--nodelist={spec.node}", "--overlap",
             f"--gres={gres}", f"--cpus-per-task={spec.cpus}", f"--export={exports}", "--kill-on-bad-exit=1",
-            f"--job-name={spec.name}", *interpreter, entry, "_step", spec_path]
+            f"--job-name={spec.name}", *inside, *python, entry, "_step", spec_path]
 
 
 def node_command_argv(srun: str, job_id: str, nodes: tuple[str, ...], interpreter: list[str], entry: str,

@@ -1,6 +1,6 @@
 """Checks before anything is launched. Each failure is a VerificationError with a reason code:
 bundle_checksum, plan_digest, plan_invalid, gpu_shape, hosts, placement, paths, executable_missing,
-port_busy."""
+port_busy, image_missing, image_digest."""
 
 from __future__ import annotations
 
@@ -85,6 +85,8 @@ def check_probes(results: dict[str, dict], plan: Plan, expected_nodes: Iterable[
         if found["visible_gpus"] < plan.job.gpus_per_node:
             raise VerificationError("gpu_shape", f"{node} sees {found['visible_gpus']} GPU(s) in CUDA_VISIBLE_DEVICES, "
                                                  f"the plan needs {plan.job.gpus_per_node}")
+        if found.get("missing_images"):
+            raise VerificationError("image_missing", f"{found['missing_images'][0]} on {node}")
         if found["missing_executables"]:
             raise VerificationError("executable_missing", f"{found['missing_executables'][0]} not found on {node}")
         if found["busy_ports"]:

@@ -130,6 +130,9 @@ def scan_node(attempt_id: str, kill: bool, attempt_dir: str = "") -> dict:
     for pid in members:
         _note(found, pid, table, "cgroup")
     _drop_not_ours(found, table)
+    containers = enroot_leftovers(os.environ.get("SLURM_JOB_ID", ""), kill) if _used_images(attempt_dir) else None
+    if containers is not None:
+        methods["enroot"] = containers.pop("method")
     killed = []
     for proc in found.values() if kill else ():
         if start_time(proc["pid"]) == proc["start_time"]:
@@ -138,7 +141,32 @@ def scan_node(attempt_id: str, kill: bool, attempt_dir: str = "") -> dict:
                 killed.append(proc["pid"])
             except OSError:
                 pass
-    return {"node": node, "found": sorted(found.values(), key=lambda p: p["pid"]), "killed": killed, "methods": methods}
+    answer = {"node": node, "found": sorted(found.values(), key=lambda p: p["pid"]), "killed": killed, "methods": methods}
+    return {**answer, **(containers or {})}
+
+
+def _used_images(attempt_dir: str) -> bool:
+    return bool(attempt_dir) and Path(attempt_dir, files.IMAGES).exists()
+
+
+def enroot_leftovers(job_id: str, remove: bool, path: str | None = None) -> dict:
+    """This job's enroot containers on this node (pyxis names them pyxis_JOB.STEP, or pyxis_JOB_...
+    with a job-scoped name), removed when asked: pyxis removes each at its step's end, unless its
+    slurmstepd died first."""
+    import shutil
+    import subprocess
+
+    enroot = shutil.which("enroot", path=path or os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin")
+    if not job_id or enroot is None:
+        return {"method": "unavailable: no enroot on this node" if job_id else "unavailable: no job id"}
+    try:
+        listed = subprocess.run([enroot, "list"], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return {"method": f"failed: enroot list: {err}"}
+    found = [n for n in listed.stdout.split() if n.startswith((f"pyxis_{job_id}.", f"pyxis_{job_id}_"))]
+    removed = [n for n in found if remove and subprocess.run([enroot, "remove", "-f", n], capture_output=True,
+                                                              timeout=60, stdin=subprocess.DEVNULL).returncode == 0]
+    return {"method": "ran", "containers_found": found, "containers_removed": removed}
 
 
 def _by_tree_and_session(attempt_dir: str, node: str, table: dict[int, dict], found: dict, methods: dict) -> None:

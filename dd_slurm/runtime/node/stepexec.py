@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections.abc import Mapping
 
@@ -218,7 +219,25 @@ def probe_answer(request: dict, node: str, environ: Mapping[str, str]) -> dict:
                if not which(e["program"], own_path if e.get("path") is None else e["path"])]
     return {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p, address)],
             "missing_executables": missing, "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0,
-            "slurm_gpus": environ.get("SLURM_GPUS_ON_NODE")}
+            "slurm_gpus": environ.get("SLURM_GPUS_ON_NODE"), "missing_images": missing_images(mine.get("images", []))}
+
+
+def missing_images(images: list[str]) -> list[str]:
+    """Image files (absolute paths) that are not a readable regular file here, with why; a registry
+    reference is pyxis's to pull."""
+    missing = []
+    for image in dict.fromkeys(i for i in images if i.startswith("/")):
+        try:
+            fd = os.open(image, os.O_RDONLY | os.O_NONBLOCK)  # readable by this user; a FIFO does not block
+        except OSError as err:
+            missing.append(f"{image}: {err.strerror}")
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                missing.append(f"{image} is not a regular file")
+        finally:
+            os.close(fd)
+    return missing
 
 
 def identity(request_path: str) -> int:
