@@ -80,6 +80,14 @@ def result_lines(manifest: Optional[dict[str, Any]], attempt_dir: str) -> list[s
     return [f"result: {where} ({size})", f"  sha256 {manifest.get('sha256')}"] + kept
 
 
+def image_lines(used: Any) -> list[str]:
+    """The container images the attempt ran, each with the digest checked before launch."""
+    entries = [(where, u) for where, u in sorted(_dict(used).items()) if isinstance(u, dict)]
+    return (["images:"] if entries else []) + [
+        f"  {where}: image {u.get('image')} sha256 {u.get('sha256') or '(registry reference: pulled by pyxis)'}"
+        for where, u in entries]
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -165,6 +173,7 @@ def inspect_text(view: dict[str, Any]) -> str:
     lines += readiness_lines(view.get("readiness"))
     lines += endpoint_lines(view)
     lines += result_lines(view.get("result"), view["attempt"]["dir"])
+    lines += image_lines(view.get("images"))
     lines += gateway_lines(view.get("gateway"))
     lines += cleanup_lines(view.get("cleanup"))
     return "\n".join(lines)

@@ -133,6 +133,7 @@ def inspect_attempt(directory: Path) -> dict[str, Any]:
         "processes": read_json(directory / files.PROCESSES, (dict, list)),
         "cleanup": read_cleanup(directory / files.CLEANUP),
         "result": read_json(directory / files.RESULT_MANIFEST),
+        "images": read_json(directory / files.IMAGES),
         "gateway": read_gateway_stats_json(directory / files.GATEWAY_STATS),
         "record": record,
     }

@@ -157,3 +157,16 @@ def test_a_replica_far_below_its_share_is_named(served: tuple, named: list) -> N
                                                      for k, n in enumerate(served)]}
     assert [f"    note: {n} served 2% of the requests, under half its share (25%); see logs/deploy-{n}.log"
             for n in named] == underserved(figures)
+
+
+def test_the_images_an_attempt_ran_are_named_with_their_digests() -> None:
+    """inspect names each container image by where it ran, with the digest checked before launch
+    (a registry reference has none); an attempt without images shows no such section, and a
+    malformed images.json shows nothing rather than failing."""
+    from dd_slurm.control.report_inspect import image_lines
+
+    used = {"deployments.qwen": {"image": "/i/vllm.sqsh", "sha256": "ab" * 32},
+            "client": {"image": "nvcr.io#nvidia/dd:1", "sha256": None}}
+    assert ["images:", "  client: image nvcr.io#nvidia/dd:1 sha256 (registry reference: pulled by pyxis)",
+            f"  deployments.qwen: image /i/vllm.sqsh sha256 {'ab' * 32}"] == image_lines(used)
+    assert ([], [], []) == (image_lines(None), image_lines([1]), image_lines({"client": "x"}))

@@ -1,0 +1,132 @@
+"""Containers on the real cluster, through the real pyxis SPANK plugin and enroot that the lab builds
+for each Slurm release (fixtures/cluster/containers.sh): servers, followers and the client run in
+the lab's squashfs image; a missing image and a wrong digest fail before any server starts; a
+cancel leaves no process, no enroot container and no mount behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.harness import evidence, no_leftovers, outcome, plan_data, read, servers_started
+from tests.slurm.clusters import table
+from tests.slurm.real_attempt import EXE, submit, wait_job_gone, wait_state
+
+LAB = Path(os.environ.get("DD_SLURM_LAB_DIR", "/var/lib/dd-slurm-lab"))
+IMAGE = LAB / "images" / "lab-python.sqsh"  # built by `clusters.sh up` (make test)
+MARK = "/etc/dd-slurm-image"  # a file only the image has
+
+
+def image_sha256() -> str:
+    return hashlib.sha256(IMAGE.read_bytes()).hexdigest()
+
+
+def in_image(data: dict, digest: str | None = None) -> dict:
+    """Every deployment (leaders and followers) and the client run in the lab image."""
+    container = {"image": str(IMAGE), "image_sha256": digest, "mounts": [], "workdir": None}
+    for dep in data["deployments"]:
+        dep["container"] = container
+    data["client"]["container"] = container
+    return data
+
+
+def root_of(cluster) -> str:
+    """Where the cluster's slurmd runs: this machine, or its Debian root."""
+    suite = table()[cluster.version]["root"]
+    return "/" if suite == "host" else str(LAB / "roots" / suite)
+
+
+def enroot_containers(cluster, job_id: str) -> list[str]:
+    """This job's enroot containers where the cluster's slurmd runs."""
+    argv = ["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "chroot", root_of(cluster), "enroot", "list"]
+    listed = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert 0 == listed.returncode, listed.stderr
+    return [n for n in listed.stdout.split() if n.startswith((f"pyxis_{job_id}.", f"pyxis_{job_id}_"))]
+
+
+def container_mounts(job_id: str) -> list[str]:
+    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if f"pyxis_{job_id}" in line]
+
+
+def in_container(pid: int) -> bool:
+    """The process sees the image's root file system (the mark), so it runs inside the container."""
+    try:
+        return Path(f"/proc/{pid}/root{MARK}").read_text().startswith("dd-slurm lab image")
+    except OSError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def lab_image():
+    assert IMAGE.is_file(), f"{IMAGE} is missing: `make cluster-up` builds it (fixtures/cluster/containers.sh image)"
+
+
+@pytest.mark.timeout(300)
+def test_two_deployments_and_the_client_run_in_the_image(tmp_path, cluster) -> None:
+    """A two-node deployment (leader and follower), a one-node one and the client, all in the
+    image (one with its image_sha256): each runs inside its container while the client runs, the
+    attempt succeeds through the logical endpoints with the records validated, the result
+    manifest and `inspect` name the image and its digest, and no enroot container is left."""
+    digest = image_sha256()
+    data = in_image(plan_data("two-deployments"))
+    data["deployments"][0]["container"] = dict(data["deployments"][0]["container"], image_sha256=digest)
+    data["client"]["argv"] += ["--sleep", "4"]
+    attempt_dir, job_id = submit(tmp_path, data, "in-image")
+    wait_state(attempt_dir, ("client", "done"), 200)
+    steps = sorted(p.name.removesuffix(".started.json") for p in (attempt_dir / "steps").glob("*.started.json")
+                   if p.name.startswith(("deploy-", "client")))
+    inside = {s: in_container(read(attempt_dir, f"steps/{s}.started.json")["pid"]) for s in steps}
+    wait_state(attempt_dir, ("done",), 200)
+    wait_job_gone(job_id)
+    assert ("succeeded", "ok") == outcome(attempt_dir), evidence(attempt_dir)
+    assert {s: True for s in ["client", "deploy-big-0", "deploy-big-0-1", "deploy-small-0"]} == inside
+    used = {"image": str(IMAGE), "sha256": digest}
+    manifest = read(attempt_dir, "result-manifest.json")
+    assert ({"deployments.big": used, "deployments.small": used, "client": used}, 6) == \
+        (manifest["images"], manifest["records"])
+    shown = subprocess.run(EXE + ["inspect", str(attempt_dir)], capture_output=True, text=True, timeout=60)
+    assert f"image {IMAGE} sha256 {digest}" in shown.stdout, shown.stdout
+    assert ([], [], []) == (enroot_containers(cluster, job_id), container_mounts(job_id), no_leftovers(attempt_dir.name))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault", ["missing", "digest"])
+def test_a_missing_image_or_a_wrong_digest_fails_before_any_server_starts(tmp_path, cluster, fault) -> None:
+    """An image path that does not exist fails image_missing; the real image with another digest
+    fails image_digest; no server was released in either case."""
+    if fault == "missing":
+        data, reason = in_image(plan_data("single-node")), "image_missing"
+        for where in [*data["deployments"], data["client"]]:
+            where["container"] = dict(where["container"], image=str(tmp_path / "no-such-image.sqsh"))
+    else:
+        data, reason = in_image(plan_data("single-node"), "0" * 64), "image_digest"
+    attempt_dir, job_id = submit(tmp_path, data, f"image-{fault}")
+    wait_state(attempt_dir, ("done",), 150)
+    wait_job_gone(job_id)
+    assert (("failed", reason), []) == (outcome(attempt_dir), servers_started(attempt_dir)), evidence(attempt_dir)
+
+
+@pytest.mark.timeout(300)
+def test_a_cancel_mid_run_leaves_no_process_container_or_mount(tmp_path, cluster) -> None:
+    """`dd-slurm cancel` while the containerised client runs: the attempt ends cancelled, and no
+    process of the attempt, no enroot container of the job and no mount of one is left."""
+    data = in_image(plan_data("replicas"))
+    data["client"]["argv"] += ["--sleep", "60"]
+    data["client"]["timeout_s"] = None
+    attempt_dir, job_id = submit(tmp_path, data, "image-cancel")
+    wait_state(attempt_dir, ("client",), 200)
+    assert enroot_containers(cluster, job_id), "the running attempt has no enroot container"
+    out = subprocess.run(EXE + ["cancel", str(attempt_dir)], capture_output=True, text=True, timeout=60,
+                         env=cluster.env())
+    assert 0 == out.returncode, out.stderr
+    wait_state(attempt_dir, ("done",), 120)
+    wait_job_gone(job_id, 120)
+    cleanup = read(attempt_dir, "cleanup.json")
+    assert (("cancelled", "sigterm"), "clean") == (outcome(attempt_dir), cleanup["verdict"]), evidence(attempt_dir)
+    assert ([], [], []) == (enroot_containers(cluster, job_id), container_mounts(job_id), no_leftovers(attempt_dir.name))
+    assert json.loads(json.dumps(cleanup["problems"])) == []
