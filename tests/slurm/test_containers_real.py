@@ -130,3 +130,33 @@ def test_a_cancel_mid_run_leaves_no_process_container_or_mount(tmp_path, cluster
     assert (("cancelled", "sigterm"), "clean") == (outcome(attempt_dir), cleanup["verdict"]), evidence(attempt_dir)
     assert ([], [], []) == (enroot_containers(cluster, job_id), container_mounts(job_id), no_leftovers(attempt_dir.name))
     assert json.loads(json.dumps(cleanup["problems"])) == []
+
+
+STARTER = """import os, signal, sys
+# Like apptainer's starter: the program runs as a child of a process that stays, passes signals on
+# and exits with the child's status.
+child = os.fork()
+if child == 0:
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+for signo in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signo, lambda s, _f: os.kill(child, s))
+_, status = os.waitpid(child, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_server_under_a_starter_process_is_ours_and_cleaned_up(tmp_path, cluster) -> None:
+    """The Apptainer shape without a `container` key: argv starts a starter that runs the server as
+    its child. The child's listener is proven ours (it is in the step's process tree), the attempt
+    succeeds, and nothing of the starter or the server is left."""
+    starter = tmp_path / "starter.py"
+    starter.write_text(STARTER)
+    data = plan_data("single-node")
+    argv = data["deployments"][0]["argv"]
+    data["deployments"][0]["argv"] = [argv[0], str(starter), *argv[1:]]
+    attempt_dir, job_id = submit(tmp_path, data, "starter")
+    wait_state(attempt_dir, ("done",), 150)
+    wait_job_gone(job_id)
+    assert ("succeeded", "ok") == outcome(attempt_dir), evidence(attempt_dir)
+    assert ([], "clean") == (no_leftovers(attempt_dir.name), read(attempt_dir, "cleanup.json")["verdict"])
