@@ -15,6 +15,7 @@ import pytest
 
 from tests.runtime.harness import evidence, no_leftovers, outcome, plan_data, read, servers_started
 from tests.slurm.clusters import table
+from tests.slurm.conftest import wait_until
 from tests.slurm.real_attempt import EXE, submit, wait_job_gone, wait_state
 
 LAB = Path(os.environ.get("DD_SLURM_LAB_DIR", "/var/lib/dd-slurm-lab"))
@@ -27,12 +28,18 @@ def image_sha256() -> str:
 
 
 def in_image(data: dict, digest: str | None = None) -> dict:
-    """Every deployment (leaders and followers) and the client run in the lab image."""
+    """Every deployment (leaders and followers) and the client run in the lab image. The lab's jobs
+    run as root, and pyxis runs root's containers only when the task's environment says
+    ENROOT_ALLOW_SUPERUSER (else it joins a user namespace enroot never made): forwarded by name."""
     container = {"image": str(IMAGE), "image_sha256": digest, "mounts": [], "workdir": None}
-    for dep in data["deployments"]:
-        dep["container"] = container
-    data["client"]["container"] = container
+    for where in [*data["deployments"], data["client"]]:
+        where["container"] = container
+        where.setdefault("env", {}).setdefault("forward", []).append("ENROOT_ALLOW_SUPERUSER")
     return data
+
+
+def submit_as_root(tmp_path: Path, data: dict, name: str, cluster) -> tuple[Path, str]:
+    return submit(tmp_path, data, name, cluster.env({**os.environ, "ENROOT_ALLOW_SUPERUSER": "yes"}))
 
 
 def root_of(cluster) -> str:
@@ -43,7 +50,7 @@ def root_of(cluster) -> str:
 
 def enroot_containers(cluster, job_id: str) -> list[str]:
     """This job's enroot containers where the cluster's slurmd runs."""
-    argv = ["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "chroot", root_of(cluster), "enroot", "list"]
+    argv = ["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "/usr/sbin/chroot", root_of(cluster), "enroot", "list"]
     listed = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert 0 == listed.returncode, listed.stderr
     return [n for n in listed.stdout.split() if n.startswith((f"pyxis_{job_id}.", f"pyxis_{job_id}_"))]
@@ -76,8 +83,9 @@ def test_two_deployments_and_the_client_run_in_the_image(tmp_path, cluster) -> N
     data = in_image(plan_data("two-deployments"))
     data["deployments"][0]["container"] = dict(data["deployments"][0]["container"], image_sha256=digest)
     data["client"]["argv"] += ["--sleep", "4"]
-    attempt_dir, job_id = submit(tmp_path, data, "in-image")
+    attempt_dir, job_id = submit_as_root(tmp_path, data, "in-image", cluster)
     wait_state(attempt_dir, ("client", "done"), 200)
+    wait_until(lambda: (attempt_dir / "steps" / "client.started.json").exists(), 30, "the client's launcher record")
     steps = sorted(p.name.removesuffix(".started.json") for p in (attempt_dir / "steps").glob("*.started.json")
                    if p.name.startswith(("deploy-", "client")))
     inside = {s: in_container(read(attempt_dir, f"steps/{s}.started.json")["pid"]) for s in steps}
@@ -105,7 +113,7 @@ def test_a_missing_image_or_a_wrong_digest_fails_before_any_server_starts(tmp_pa
             where["container"] = dict(where["container"], image=str(tmp_path / "no-such-image.sqsh"))
     else:
         data, reason = in_image(plan_data("single-node"), "0" * 64), "image_digest"
-    attempt_dir, job_id = submit(tmp_path, data, f"image-{fault}")
+    attempt_dir, job_id = submit_as_root(tmp_path, data, f"image-{fault}", cluster)
     wait_state(attempt_dir, ("done",), 150)
     wait_job_gone(job_id)
     assert (("failed", reason), []) == (outcome(attempt_dir), servers_started(attempt_dir)), evidence(attempt_dir)
@@ -118,7 +126,7 @@ def test_a_cancel_mid_run_leaves_no_process_container_or_mount(tmp_path, cluster
     data = in_image(plan_data("replicas"))
     data["client"]["argv"] += ["--sleep", "60"]
     data["client"]["timeout_s"] = None
-    attempt_dir, job_id = submit(tmp_path, data, "image-cancel")
+    attempt_dir, job_id = submit_as_root(tmp_path, data, "image-cancel", cluster)
     wait_state(attempt_dir, ("client",), 200)
     assert enroot_containers(cluster, job_id), "the running attempt has no enroot container"
     out = subprocess.run(EXE + ["cancel", str(attempt_dir)], capture_output=True, text=True, timeout=60,
