@@ -20,6 +20,28 @@ def first_plan_on_the_lab() -> dict:
     return plan
 
 
+def containerised_first_plan_on_the_lab(image: str) -> dict:
+    """The README's first plan with vLLM in an image, with the lab edits the README names: the lab
+    image, no mounts, the fake server's argv, ENROOT_ALLOW_SUPERUSER forwarded."""
+    plan = next(json.loads(b) for b in readme_json_blocks() if b.startswith("{") and '"container"' in b)
+    deployment = plan["deployments"][0]
+    deployment["container"].update(image=image, mounts=[])
+    deployment["argv"] = json.loads(readme_json_blocks()[1])
+    deployment["env"]["forward"] = ["ENROOT_ALLOW_SUPERUSER"]
+    return plan
+
+
+def test_the_containerised_first_plan_validates_and_differs_from_the_first_only_in_its_deployment() -> None:
+    """The Containers section's first.json is a valid plan whose client and job are the first
+    plan's: only the deployment (its image, mounts and the server's argv) differs."""
+    first = json.loads(readme_json_blocks()[0])
+    boxed = next(json.loads(b) for b in readme_json_blocks() if b.startswith("{") and '"container"' in b)
+    plan = parse_plan(json.dumps(boxed))
+    assert ((first["job"], first["client"]), "/shared/images/vllm-openai.sqsh", "vllm") == (
+        (boxed["job"], boxed["client"]), plan.deployments[0].container.image, plan.deployments[0].argv[0])
+    parse_plan(json.dumps(containerised_first_plan_on_the_lab("/images/lab.sqsh")))
+
+
 def test_the_first_plan_in_the_readme_validates_and_sets_what_a_vllm_job_needs() -> None:
     """The first ```json block parses as a plan of at most 10 lines that sets CPUs, memory, the
     pre-timeout signal and a port dd-slurm picks; the second is the argv the lab edit puts in."""
