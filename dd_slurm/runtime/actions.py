@@ -418,7 +418,7 @@ class RuntimeActions:
         if not units:
             return
         try:
-            failed = unproven(self.session, units, self.ports, pool, self._next_identity_batch())
+            failed = unproven(self.session, units, self.ports, pool, self._next_identity_batch(), self.leaders)
         except ValueError as err:
             raise AttemptFailure("launch_failed", str(err)) from None
         if failed is not None:

@@ -66,10 +66,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="on SIGTERM, write the /stats document (requests, tokens) to FILE.<DD_SLURM_ROLE>.json")
     p.add_argument("--stall-after-requests", type=int, default=None, help="requests after the Nth never answer")
     p.add_argument("--faults-for", default=None,
-                   help="apply the crash and stall faults only in the step with this DD_SLURM_ROLE (one replica)")
+                   help="apply the crash, stall and load faults only in the step with this DD_SLURM_ROLE (one replica)")
     args = p.parse_args(argv)
     if args.faults_for is not None and os.environ.get("DD_SLURM_ROLE") != args.faults_for:
         args.crash_after_s = args.crash_after_requests = args.stall_after_requests = None
+        args.fail_loading = False
     return args
 
 

@@ -109,6 +109,11 @@ CELLS = [
     Cell("replica_crashes_restarted", "client", "replicas",
          both(dep_args(0, "--crash-after-s", "2", "--faults-for", "deploy-small-1"), SLOW_CLIENT,
               setting(("deployments", 0, "restart"), {"max": 1, "backoff_s": 0.5})), ("succeeded", "ok")),
+    # Lost while loading and restarted before any replica was ready: the restarted replica is
+    # proven ours against its new leader step (a fresh-clone run once checked it against the old one).
+    Cell("replica_fails_loading_restarted", "deploying", "replicas",
+         both(dep_args(0, "--fail-loading", "--faults-for", "deploy-small-1"),
+              setting(("deployments", 0, "restart"), {"max": 1, "backoff_s": 0.5})), ("succeeded", "ok")),
     Cell("replica_crashes_below_min", "client", "replicas",
          both(dep_args(0, "--crash-after-s", "2", "--faults-for", "deploy-small-1"), SLOW_CLIENT,
               setting(("deployments", 0, "min_replicas"), 3)), ("failed", "replicas_below_min")),

@@ -9,10 +9,12 @@ import sys
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dd_slurm.runtime.node.listeners import check_listener, parse_hex_address, reachable
 from dd_slurm.runtime.node.procfs import start_time
-from dd_slurm.runtime.node.stepexec import choose_port, launch_plan
+from dd_slurm.runtime.node.stepexec import automatic_ports, choose_port, ephemeral_range, launch_plan
 from dd_slurm.runtime.replicas import identity_request, published_port
 from dd_slurm.runtime.step_specs import StepSpec
 
@@ -184,3 +186,39 @@ def test_proc_listener_helper_is_quick_to_start() -> None:
         assert proc.port >= 1024 and time.monotonic() - started < 30
     finally:
         proc.stop()
+
+
+@pytest.mark.parametrize(("ephemeral", "expected"), [
+    ((32768, 60999), range(61000, 65536)),  # Linux's default: above it
+    ((40000, 64999), range(10000, 40000)),  # too little room above: below it
+    ((1024, 65535), range(0)),  # no room at all: the kernel's choice
+    ((9000, 65000), range(0)),
+])
+def test_automatic_ports_lie_outside_the_kernels_ephemeral_range(ephemeral, expected) -> None:
+    """Ports the kernel hands to bind(0) and outgoing connections (srun's, a loading vLLM's) are
+    never chosen while there is room outside them."""
+    assert expected == automatic_ports(ephemeral)
+
+
+@given(st.integers(1024, 65535), st.integers(0, 64511))
+def test_automatic_ports_never_overlap_the_ephemeral_range(low: int, width: int) -> None:
+    """For any range the kernel may use, the automatic ones are outside it, at 1024 or above, and
+    at least 1000 of them (or none)."""
+    high = min(low + width, 65535)
+    ports = automatic_ports((low, high))
+    assert (True, True) == (all(p < low or p > high for p in (ports[0], ports[-1])) if ports else True,
+                            len(ports) == 0 or (len(ports) >= 1000 and ports[0] >= 1024))
+
+
+def test_a_chosen_port_is_outside_this_machines_ephemeral_range_and_skips_busy_ones(tmp_path) -> None:
+    """On this machine the chosen port is outside ip_local_port_range; in a range of two ports with
+    one taken, the other is chosen every time; the range file unreadable is Linux's default."""
+    low, high = ephemeral_range()
+    assert not low <= choose_port("127.0.0.1", []) <= high
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        taken = busy.getsockname()[1]
+        free = taken + 1 if taken < 65535 else taken - 1
+        assert {free} == {choose_port("127.0.0.1", [], ports=range(min(taken, free), max(taken, free) + 1))
+                          for _ in range(10)}
+    assert (32768, 60999) == ephemeral_range(str(tmp_path / "missing"))

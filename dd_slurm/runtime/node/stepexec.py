@@ -76,16 +76,47 @@ def step_environment(spec: dict, slurm_env: dict[str, str]) -> tuple[dict[str, s
     return env, None
 
 
-def choose_port(address: str, avoid: list[int], tries: int = 20) -> int | None:
-    """A port free on this node's address now (the kernel's choice for port 0), not one of `avoid`."""
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+MIN_AUTOMATIC_PORTS = 1000
+
+
+def automatic_ports(ephemeral: tuple[int, int]) -> range:
+    """Where an automatic port is looked for: above the kernel's ephemeral range (61000-65535 with
+    Linux's default 32768-60999), else below it (from 10000). A port in that range, free when looked
+    at, can be handed to any bind(0) or outgoing connection (srun and slurmstepd listen on such
+    ports, a vLLM server opens several while it loads) before the server binds it, which then fails
+    with "Address already in use". An empty range: no room outside it (the kernel's choice, bind(0))."""
+    low, high = ephemeral
+    above, below = range(max(high + 1, 1024), 65536), range(10000, max(low, 10000))
+    return next((r for r in (above, below) if len(r) >= MIN_AUTOMATIC_PORTS), range(0))
+
+
+def ephemeral_range(path: str = EPHEMERAL_RANGE) -> tuple[int, int]:
+    try:
+        with open(path) as handle:
+            low, high = (int(v) for v in handle.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def choose_port(address: str, avoid: list[int], tries: int = 64, ports: range | None = None) -> int | None:
+    """A port free on this node's address now, not one of `avoid`: outside the ephemeral range
+    (automatic_ports), tried from a random place in it; the kernel's choice when there is no room."""
+    import errno
     import socket
 
-    for _ in range(tries):
+    ports = automatic_ports(ephemeral_range()) if ports is None else ports
+    start = int.from_bytes(os.urandom(4), "big")
+    for attempt in range(tries):
+        wanted = ports[(start + attempt) % len(ports)] if len(ports) else 0
         with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
-                sock.bind((address, 0))
-            except OSError:
-                return None
+                sock.bind((address, wanted))
+            except OSError as err:
+                if wanted == 0 or err.errno == errno.EADDRNOTAVAIL:
+                    return None  # not an address of this node
+                continue
             port = sock.getsockname()[1]
         if port >= 1024 and port not in avoid:
             return port
