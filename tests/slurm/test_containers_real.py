@@ -76,7 +76,8 @@ def lab_image():
 @pytest.mark.timeout(300)
 def test_two_deployments_and_the_client_run_in_the_image(tmp_path, cluster) -> None:
     """A two-node deployment (leader and follower), a one-node one and the client, all in the
-    image (one with its image_sha256): each runs inside its container while the client runs, the
+    image (one with its image_sha256): each runs inside its container while the client runs and
+    sees its replica's GPU slots in CUDA_VISIBLE_DEVICES, the
     attempt succeeds through the logical endpoints with the records validated, the result
     manifest and `inspect` name the image and its digest, and no enroot container is left."""
     digest = image_sha256()
@@ -88,11 +89,14 @@ def test_two_deployments_and_the_client_run_in_the_image(tmp_path, cluster) -> N
     wait_until(lambda: (attempt_dir / "steps" / "client.started.json").exists(), 30, "the client's launcher record")
     steps = sorted(p.name.removesuffix(".started.json") for p in (attempt_dir / "steps").glob("*.started.json")
                    if p.name.startswith(("deploy-", "client")))
-    inside = {s: in_container(read(attempt_dir, f"steps/{s}.started.json")["pid"]) for s in steps}
+    records = {s: read(attempt_dir, f"steps/{s}.started.json") for s in steps}
+    inside = {s: in_container(record["pid"]) for s, record in records.items()}
     wait_state(attempt_dir, ("done",), 200)
     wait_job_gone(job_id)
     assert ("succeeded", "ok") == outcome(attempt_dir), evidence(attempt_dir)
     assert {s: True for s in ["client", "deploy-big-0", "deploy-big-0-1", "deploy-small-0"]} == inside
+    gpus = {s: len(r["cuda_visible_devices"].split(",")) for s, r in records.items() if s.startswith("deploy-")}
+    assert {"deploy-big-0": 2, "deploy-big-0-1": 2, "deploy-small-0": 1} == gpus  # the replica's slots, inside too
     used = {"image": str(IMAGE), "sha256": digest}
     manifest = read(attempt_dir, "result-manifest.json")
     assert ({"deployments.big": used, "deployments.small": used, "client": used}, 6) == \
