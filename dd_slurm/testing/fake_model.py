@@ -23,18 +23,17 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-RANK_FAILURE_EXIT = 17
-
-
-def log(message: str) -> None:
-    print(f"fake_model[{os.getpid()}]: {message}", file=sys.stderr, flush=True)
+try:
+    from dd_slurm.testing.fake_ranks import exit_later, gather_followers, log, run_follower
+except ImportError:  # run by path from an attempt's bundle, where only this folder is on sys.path
+    sys.dont_write_bytecode = True  # the bundle is checksummed: a .pyc written into it fails the next step's check
+    from fake_ranks import exit_later, gather_followers, log, run_follower  # type: ignore
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,16 +87,6 @@ def install_sigterm(ignore_s: float) -> None:
         threading.Timer(ignore_s, lambda: os._exit(0)).start()
 
     signal.signal(signal.SIGTERM, on_term)
-
-
-def exit_later(seconds: float, code: int, why: str) -> None:
-    def fire() -> None:
-        log(f"{why}: exiting {code}")
-        os._exit(code)
-
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
 
 
 def completion_text(model: str, prompt: str) -> str:
@@ -334,55 +323,6 @@ class ModelServer(ThreadingHTTPServer):
         message = {"role": "assistant", "content": text}
         return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": self.model,
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
-
-
-def gather_followers(args: argparse.Namespace) -> list[socket.socket]:
-    """Leader: accept num_nodes-1 JOINs on the coordination port; watch them afterwards."""
-    listener = socket.create_server((args.host, args.coord_port), reuse_port=False)
-    listener.settimeout(args.join_timeout)
-    joined: list[socket.socket] = []
-    while len(joined) < args.num_nodes - 1:
-        try:
-            conn, peer = listener.accept()
-        except TimeoutError:
-            log(f"only {len(joined)} of {args.num_nodes - 1} followers joined")
-            sys.exit(RANK_FAILURE_EXIT)
-        hello = conn.recv(64).decode(errors="replace").strip()
-        log(f"follower joined from {peer[0]}: {hello}")
-        joined.append(conn)
-    listener.close()
-    for conn in joined:
-        threading.Thread(target=watch_peer, args=(conn, "follower"), daemon=True).start()
-    return joined
-
-
-def watch_peer(conn: socket.socket, who: str) -> None:
-    conn.settimeout(None)
-    try:
-        while conn.recv(64):
-            pass
-    except OSError:
-        pass
-    log(f"{who} went away")
-    os._exit(RANK_FAILURE_EXIT)
-
-
-def run_follower(args: argparse.Namespace) -> None:
-    deadline = time.monotonic() + args.join_timeout
-    while True:
-        try:
-            conn = socket.create_connection((args.leader, args.coord_port), timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                log("could not reach the leader")
-                sys.exit(RANK_FAILURE_EXIT)
-            time.sleep(0.2)
-    conn.sendall(f"JOIN rank={args.node_rank}\n".encode())
-    log(f"joined leader {args.leader}:{args.coord_port} as rank {args.node_rank}")
-    if args.die_after_s is not None:
-        exit_later(args.die_after_s, args.exit_code, "follower fault")
-    watch_peer(conn, "leader")
 
 
 def main(argv: list[str] | None = None) -> None:
