@@ -3,29 +3,41 @@ rewritten every few seconds) and the records in the result file so far. Read fro
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Optional
 
 from dd_slurm.store import attempt_files as files
 
 BLOCK = 1 << 20
+BLANK_START = re.compile(rb"\n[ \t\r\x0b\x0c\n]")  # where a whitespace-only line could begin
 
 
-def complete_lines(path: Path) -> Optional[int]:
+def complete_lines(path: Path, block: int = BLOCK) -> Optional[int]:
     """Records of a JSON lines file as it is being written: its newline-terminated lines that are
     not blank (as the result check counts them); None when it is not a regular file (yet)."""
     if path.is_symlink() or not path.is_file():  # never a FIFO a reader would block on
         return None
     try:
         with open(path, "rb") as handle:
-            count, tail = 0, b""
-            for block in iter(lambda: handle.read(BLOCK), b""):
-                lines = (tail + block).split(b"\n")
-                tail = lines.pop()
-                count += sum(1 for line in lines if line.strip())
+            count, tail = 0, b"\n"
+            for chunk in iter(lambda: handle.read(block), b""):
+                lines = tail + chunk
+                end = lines.rfind(b"\n") + 1
+                count += records_in(lines[:end])
+                tail = lines[end - 1:]
             return count
     except OSError:
         return None
+
+
+def records_in(lines: bytes) -> int:
+    """Non-blank lines in `lines`, which starts with a newline (not itself a line) and ends with
+    one. Newlines are counted at memory speed; lines are looked at only where a blank one could be."""
+    count = lines.count(b"\n") - 1
+    if BLANK_START.search(lines):
+        count = sum(1 for line in lines.split(b"\n")[1:-1] if line.strip())
+    return max(count, 0)
 
 
 def client_started(attempt_dir: Path) -> Optional[float]:

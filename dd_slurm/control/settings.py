@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import attrs
 
 from dd_slurm.errors import InvalidInput
-from dd_slurm.plan.records import Plan
+
+if TYPE_CHECKING:  # the plan's records are not imported by commands that never read a plan (status)
+    from dd_slurm.plan.records import Plan
 
 WORKSPACE_VARIABLE = "DD_SLURM_WORKSPACE"
 JOB_DEFAULTS = ("partition", "account", "qos")

@@ -7,14 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
-from cattrs.gen import make_dict_structure_fn, override
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.plan.fields import FieldError
 from dd_slurm.plan.strict import CONVERTER, _Nested, first_error
 
 __all__ = ("CONVERTER", "RecordInvalid", "choice", "first_error", "free_text", "json_object", "mapping_of",
-           "read_record_file", "register_record", "structure_checked", "structure_record")
+           "read_record_file", "register_omitting", "register_record", "structure_checked", "structure_record")
 
 R = TypeVar("R")
 
@@ -55,19 +55,39 @@ def register_record(kind: type, whole: Optional[Callable[[Any], None]] = None,
                     **hooks: Callable[[Any, Any], Any]) -> None:
     """Structure `kind` from a JSON object only (anything else: "must be an object"), its fields
     named in `hooks` by those struct hooks; `whole`, when given, checks what holds across fields
-    of the structured record (raising FieldError)."""
-    overrides: dict[str, Any] = {name: override(struct_hook=hook) for name, hook in hooks.items()}
-    fields: Callable[[Any, Any], Any] = make_dict_structure_fn(kind, CONVERTER, **overrides)
+    of the structured record (raising FieldError). The field-by-field function is generated on the
+    first record of that kind: a fresh `status` process pays only for the kinds it reads."""
+    generated: list[Callable[[Any, Any], Any]] = []
+
+    def fields(value: dict[str, Any]) -> Any:
+        if not generated:
+            overrides: dict[str, Any] = {name: override(struct_hook=hook) for name, hook in hooks.items()}
+            generated.append(make_dict_structure_fn(kind, CONVERTER, **overrides))
+        return generated[0](value, kind)
 
     def structure(value: Any, _type: Any) -> Any:
         if not isinstance(value, dict):
             raise FieldError("must be an object")
-        record = fields(value, kind)
+        record = fields(value)
         if whole is not None:
             whole(record)
         return record
 
     CONVERTER.register_structure_hook(kind, structure)
+
+
+def register_omitting(kind: type, *names: str) -> None:
+    """Unstructure `kind` leaving out the fields `names` while they hold their defaults; the
+    function is generated on the first record of that kind written."""
+    generated: list[Callable[[Any], dict[str, Any]]] = []
+
+    def unstructure(record: Any) -> dict[str, Any]:
+        if not generated:
+            overrides: dict[str, Any] = {name: override(omit_if_default=True) for name in names}
+            generated.append(make_dict_unstructure_fn(kind, CONVERTER, **overrides))
+        return generated[0](record)
+
+    CONVERTER.register_unstructure_hook(kind, unstructure)
 
 
 def mapping_of(item: Any) -> Callable[[Any, Any], dict[str, Any]]:

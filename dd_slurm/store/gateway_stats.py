@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import attrs
-from cattrs.gen import make_dict_unstructure_fn, override
 
 from dd_slurm.store.atomic import write_json_atomic
-from dd_slurm.store.converter import CONVERTER, choice, mapping_of, read_record_file, register_record
+from dd_slurm.store.converter import CONVERTER, choice, mapping_of, read_record_file, register_omitting, register_record
 
 SCHEMA = 1
 
@@ -111,12 +110,9 @@ for _kind in (LatencySummary, Rejected, Connections, Window, ServerCounts):
 register_record(ReplicaStats, responses=_COUNTS, errors=_COUNTS)
 register_record(AliasStats, responses=_COUNTS, errors=_COUNTS)
 register_record(GatewayStats, schema=choice(SCHEMA), aliases=mapping_of(AliasStats))
-CONVERTER.register_unstructure_hook(ReplicaStats, make_dict_unstructure_fn(
-    ReplicaStats, CONVERTER, base_url=override(omit_if_default=True), server=override(omit_if_default=True)))
-CONVERTER.register_unstructure_hook(Window, make_dict_unstructure_fn(
-    Window, CONVERTER, generation_tokens=override(omit_if_default=True)))
-CONVERTER.register_unstructure_hook(GatewayStats, make_dict_unstructure_fn(
-    GatewayStats, CONVERTER, connections=override(omit_if_default=True), window=override(omit_if_default=True)))
+register_omitting(ReplicaStats, "base_url", "server")
+register_omitting(Window, "generation_tokens")
+register_omitting(GatewayStats, "connections", "window")
 
 
 def stats_json(stats: GatewayStats) -> dict[str, Any]:

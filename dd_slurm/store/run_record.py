@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import attrs
-from cattrs.gen import make_dict_unstructure_fn, override
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.plan.fields import IDENTIFIER, FieldError, check_text
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
-from dd_slurm.store.converter import CONVERTER, free_text, read_record_file, register_record, structure_record
+from dd_slurm.store.converter import CONVERTER, free_text, read_record_file, register_omitting, register_record, structure_record
 
 RUNS_DIR = "runs"
 _JOB_ID = re.compile(r"\d+\Z")
@@ -79,8 +78,7 @@ def _optional_text(value: Any, _type: Any) -> Optional[str]:
 
 
 register_record(CancelRequest)
-CONVERTER.register_unstructure_hook(CancelRequest, make_dict_unstructure_fn(  # no null `via`
-    CancelRequest, CONVERTER, via=override(omit_if_default=True)))
+register_omitting(CancelRequest, "via")  # no null `via`
 register_record(Submission, note=free_text)
 def _cluster_name(value: Any, _type: Any) -> Optional[str]:
     if value is not None and (type(value) is not str or not IDENTIFIER.match(value)):

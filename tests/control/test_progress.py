@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dd_slurm.control.progress import progress, progress_line
 from tests.control.test_submit_status import journal_to, staged
@@ -94,3 +96,18 @@ def test_records_so_far_skip_blank_lines_and_never_read_a_fifo(tmp_path) -> None
     (tmp_path / "r.jsonl").write_bytes(b'{"a": 1}\n\n{"a": 2}\n   \n{"a": 3')
     os.mkfifo(tmp_path / "fifo.jsonl")
     assert (2, None) == (complete_lines(tmp_path / "r.jsonl"), complete_lines(tmp_path / "fifo.jsonl"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=st.lists(st.sampled_from([b'{"a": 1}', b"", b" ", b"\t\r", b"\x0b", b"\x0c x", b"{}", b"\n"]),
+                        max_size=30).map(b"\n".join), last=st.sampled_from([b"", b"\n", b'{"b"']),
+       block=st.integers(1, 9))
+def test_records_so_far_match_the_line_by_line_count(tmp_path_factory, content, last, block) -> None:
+    """Whatever the blank lines and however the file is cut into blocks, the fast count equals
+    counting newline-terminated lines that are not blank, one by one."""
+    from dd_slurm.control.progress import complete_lines
+
+    path = tmp_path_factory.mktemp("lines") / "r.jsonl"
+    path.write_bytes(content + last)
+    expected = sum(1 for line in (content + last).split(b"\n")[:-1] if line.strip())
+    assert expected == complete_lines(path, block)
