@@ -15,13 +15,15 @@ GUARDED_TRIGGERS = ("verify", "deploy", "mark_ready", "start_client", "finalize"
 _FAILED_ONLY = (
     "bundle_checksum", "plan_digest", "plan_invalid", "gpu_shape", "hosts", "probe_failed", "placement",
     "paths", "not_in_allocation", "srun_missing", "executable_missing", "image_missing", "image_digest", "port_busy",
-    "server_identity",
+    "weights_missing", "weights_space", "weights_staging", "server_identity",
     "preflight_failed", "preflight_timeout", "launch_failed", "server_exited_while_loading", "server_crashed",
     "server_stalled", "replicas_below_min", "gateway_failed", "follower_exited", "client_failed", "client_timeout",
     "result_missing",
     "result_invalid", "result_too_few_records", "result_outside_results_dir", "sighup", "supervisor_restarted",
     "internal_error", *(f"{trigger}_guard_false" for trigger in GUARDED_TRIGGERS),
 )
+
+WEIGHTS_REASONS = ("weights_missing", "weights_space", "weights_staging")
 
 REASONS: dict[str, frozenset[str]] = {
     "ok": frozenset({SUCCEEDED}),

@@ -45,11 +45,11 @@ MANIFEST_NAME = "manifest.json"
 ATTEMPT_FILES = {"JOURNAL": "journal.jsonl", "SUPERVISOR_LOCK": "supervisor.lock", "CLEANUP": "cleanup.json"}
 FORMAT = 2
 EXIT_UNVERIFIED = 4
-# What the short on-node commands (_step, _probe, _identity, _scan) import from the bundle: all they
+# What the short on-node commands (_step, _probe, _identity, _scan, _stage) import from the bundle: all they
 # verify, all they may import. The long-lived gateway (_gateway) verifies the whole bundle, as `run` does.
 NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.node", "dd_slurm.runtime.node.stepexec",
                 "dd_slurm.runtime.node.procfs", "dd_slurm.runtime.node.leftover_scan", "dd_slurm.runtime.node.listeners",
-                "dd_slurm.plan", "dd_slurm.plan.fields", "dd_slurm.store", "dd_slurm.store.atomic",
+                "dd_slurm.runtime.node.weights", "dd_slurm.plan", "dd_slurm.plan.fields", "dd_slurm.store", "dd_slurm.store.atomic",
                 "dd_slurm.store.attempt_files")
 NODE_PACKAGES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.node", "dd_slurm.plan", "dd_slurm.store")
 GATEWAY_COMMAND = "_gateway"

@@ -22,6 +22,7 @@ class Actions(Protocol):
     def inputs_verified(self) -> bool: ...
     def launch_preflight(self) -> None: ...
     def launch_probe(self) -> None: ...
+    def launch_staging(self) -> None: ...
     def preflights_passed(self) -> bool: ...
     def launch_deployments(self) -> None: ...
     def release_deployments(self) -> None: ...
@@ -81,6 +82,7 @@ class Attempt:
     def note_failure(self, e: EventData) -> None: self.set_outcome(**_failure_args(e))
     def note_late_failure(self, e: EventData) -> None: self.journal_internal(e)
     def note_replica_event(self, e: EventData) -> None: self.journal_event(e)
+    def note_event(self, e: EventData) -> None: self.journal_event(e)
 
     def set_outcome(self, outcome: str, reason: str, detail: Optional[str]) -> None:
         if self.outcome is None:
@@ -115,9 +117,9 @@ class Attempt:
         self.journal.append("event", self.state, self.state, e.event.name, **e.kwargs)
 
     def replica_event(self, trigger: str, **fields: Any) -> None:
-        """A replica event (table.REPLICA_EVENTS) journaled in the current state; outside the states
-        where servers run it is not an event of this attempt and is dropped."""
-        if table.next_state(self.state, trigger) == self.state and trigger in table.REPLICA_TRIGGERS:
+        """A replica or staging event (table.REPLICA_EVENTS, STAGING_EVENTS) journaled in the current
+        state; outside the states where it can happen it is not an event of this attempt and is dropped."""
+        if table.next_state(self.state, trigger) == self.state and trigger in table.EVENT_TRIGGERS:
             self.fire(trigger, **fields)
 
     # The driver.

@@ -81,13 +81,20 @@ REPLICA_EVENTS: tuple[Edge, ...] = tuple(
     for state in REPLICA_STATES
 )
 
-EDGES: tuple[Edge, ...] = FORWARD + FAILURES + REPLICA_EVENTS
+# Node-local weights copied while the preflight runs (before any server starts): one journal event
+# per node, with what it took. A staging failure is a failure like any other (weights_*).
+STAGING_EVENTS: tuple[Edge, ...] = (
+    Edge("weights_staged", "preflight", None, action="note_event",
+         doc="a node's copy of a deployment's weights is in place (copied, or an earlier copy reused)"),
+)
+
+EDGES: tuple[Edge, ...] = FORWARD + FAILURES + REPLICA_EVENTS + STAGING_EVENTS
 
 # Each state's entry work, in order. The deployment steps are launched held beside the preflight
 # and released once it passed; the gateway starts while the servers load and is given its routes
 # (every replica's URL) only once they are all ready.
 ON_ENTER: dict[str, tuple[str, ...]] = {
-    "preflight": ("launch_preflight", "launch_probe", "launch_deployments"),
+    "preflight": ("launch_preflight", "launch_probe", "launch_staging", "launch_deployments"),
     "deploying": ("release_deployments", "launch_gateway"),
     "ready": ("route_gateway",),
     "client": ("launch_client",),
@@ -98,8 +105,9 @@ NEXT_TRIGGER: dict[str, str] = {edge.source: edge.trigger for edge in FORWARD}
 TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(edge.trigger for edge in EDGES))
 
 # The machine's own bookkeeping actions; every other guard and action name is work the runtime supplies.
-MACHINE_ACTIONS: frozenset[str] = frozenset({"note_success", "note_failure", "note_late_failure", "note_replica_event"})
-REPLICA_TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(e.trigger for e in REPLICA_EVENTS))
+MACHINE_ACTIONS: frozenset[str] = frozenset({"note_success", "note_failure", "note_late_failure", "note_replica_event",
+                                            "note_event"})
+EVENT_TRIGGERS: tuple[str, ...] = tuple(dict.fromkeys(e.trigger for e in REPLICA_EVENTS + STAGING_EVENTS))
 
 
 def _runtime_names() -> tuple[str, ...]:

@@ -135,6 +135,12 @@ def absolute_path(value: str) -> None:
         raise fields.FieldError("must be an absolute path")
 
 
+def local_dir(value: str) -> None:
+    """An absolute directory on each node; `{node}` stands for the node's name."""
+    absolute_path(value)
+    fields.check_argv_item(value, fields.LOCAL_DIR_PLACEHOLDERS)
+
+
 _IMAGE_REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:#@+-]{0,254}")  # docker://..., nvcr.io#nvidia/vllm:tag
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 

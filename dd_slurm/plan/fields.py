@@ -17,7 +17,9 @@ _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 CLIENT_PLACEHOLDERS = frozenset({"endpoints_file", "results_dir", "attempt_dir", "shard_index", "num_shards"})
 RESULT_PLACEHOLDERS = frozenset({"shard_index", "num_shards"})  # in client.result.path: this shard's file
 RESULT_FORMATS = ("jsonl", "json", "parquet", "file")
-DEPLOYMENT_PLACEHOLDERS = CLIENT_PLACEHOLDERS | {"port", "host", "leader_host", "node_rank", "num_nodes"}
+DEPLOYMENT_PLACEHOLDERS = CLIENT_PLACEHOLDERS | {"port", "host", "leader_host", "node_rank", "num_nodes", "weights"}
+WEIGHT_STAGES = ("none", "node_local")
+LOCAL_DIR_PLACEHOLDERS = frozenset({"node"})  # in weights.local_dir: the node's name
 # Names a plan may not forward: sbatch and Slurm read them, the runtime owns them, or the loader obeys them.
 FORWARD_RESERVED_PREFIXES = ("SBATCH_", "SLURM_", "DD_SLURM_", "LD_", "PYTHON")
 

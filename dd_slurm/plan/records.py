@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import attrs
 
@@ -79,6 +79,19 @@ class Container:
 
 
 @attrs.frozen
+class Weights:
+    """The model's weights; `node_local`: copied once per node to `local_dir` before the servers start."""
+
+    path: str = attrs.field(validator=_v(checks.absolute_path))
+    stage: str = attrs.field(default="none", validator=_v(checks.one_of(fields.WEIGHT_STAGES)))
+    local_dir: Optional[str] = attrs.field(default=None, validator=_v(_opt(checks.local_dir)))
+
+    def __attrs_post_init__(self) -> None:
+        if self.local_dir is not None and self.stage != "node_local":
+            raise fields.FieldError('only with stage "node_local"', ".local_dir")
+
+
+@attrs.frozen
 class Deployment:
     name: str = attrs.field(validator=_v(checks.identifier))
     model_alias: str = attrs.field(validator=_v(checks.identifier))
@@ -99,7 +112,7 @@ class Deployment:
     min_replicas: Optional[int] = attrs.field(default=None, validator=_v(_opt(checks.between(1, checks.MAX_REPLICAS))))
     restart: Optional[Restart] = None
     container: Optional[Container] = None
-    weights: Any = attrs.field(default=None, validator=_v(checks.not_yet("weights staging")))
+    weights: Optional[Weights] = None
 
     def __attrs_post_init__(self) -> None:
         if self.min_replicas is not None and self.min_replicas > self.replicas:
@@ -108,6 +121,10 @@ class Deployment:
             raise fields.FieldError("required when nodes > 1", ".follower_argv")
         if self.nodes == 1 and self.follower_argv is not None:
             raise fields.FieldError("only allowed when nodes > 1", ".follower_argv")
+        for where, argv in ((".argv", self.argv), (".follower_argv", self.follower_argv or ())):
+            used = [i for i, arg in enumerate(argv) if "weights" in fields.placeholders(arg)]
+            if used and self.weights is None:
+                raise fields.FieldError("{weights} needs the deployment's weights", f"{where}[{used[0]}]")
         if self.port is not None and self.port + self.replicas - 1 > 65535:
             raise fields.FieldError(f"replica {self.replicas - 1} would use port {self.port + self.replicas - 1}, "
                                "above 65535", ".port")

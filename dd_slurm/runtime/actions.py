@@ -13,7 +13,7 @@ from attrs import evolve
 
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan.placement import Placed
-from dd_slurm.runtime import gateway_step, images, verify, waits
+from dd_slurm.runtime import gateway_step, images, staging, verify, waits
 from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import endpoint_map, publish
@@ -76,6 +76,7 @@ class RuntimeActions:
         self.gateway_base: Optional[str] = None  # e.g. "http://127.0.0.1:PORT" once a gateway serves
         self.client_deadline: Optional[float] = None
         self.probe_deadline: Optional[float] = None
+        self.staging_started = 0.0  # when the weights' staging step started (monotonic)
         self._identity_batches = 0  # identity-<n>: the on-node identity checks so far
         self.leaders: dict[str, StepSpec] = {}  # replica name -> its leader step, once restarted (else the first)
 
@@ -111,6 +112,10 @@ class RuntimeActions:
             p.runner.start_on_nodes(remote, ["_probe", str(request)], PROBE_STEP, role="probe",
                                     gres_gpus=p.plan.job.gpus_per_node, passed=passed)
 
+    def launch_staging(self) -> None:
+        self.staging_started = self.session.clock.monotonic()
+        staging.launch(self.session)
+
     def launch_preflight(self) -> None:
         p = self.session.prepare()
         self.ensure_readiness()
@@ -122,13 +127,13 @@ class RuntimeActions:
         then the client's preflight."""
         answers = self._probe_answers()
         verify.check_probes(answers, self.session.prepared.plan, self.session.prepared.alloc.nodes)
-        if "preflight" not in self.session.table.procs:
-            return True
-        limit = self.session.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
-        code = self._wait_exit("preflight", self.session.clock.monotonic() + limit, "preflight_timeout")
-        if code != 0:
-            raise waits.unless_signalled(self.session,
-                AttemptFailure("preflight_failed", f"client preflight exited {code}; see {files.log_ref('preflight')}"))
+        if "preflight" in self.session.table.procs:
+            limit = self.session.prepared.plan.client.timeout_s or PREFLIGHT_TIMEOUT_S
+            code = self._wait_exit("preflight", self.session.clock.monotonic() + limit, "preflight_timeout")
+            if code != 0:
+                raise waits.unless_signalled(self.session, AttemptFailure(
+                    "preflight_failed", f"client preflight exited {code}; see {files.log_ref('preflight')}"))
+        staging.await_copies(self.session, self.staging_started, self.check_alive, self.replica_event)
         return True
 
     def _probe_answers(self) -> dict[str, dict]:

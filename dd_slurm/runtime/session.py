@@ -23,7 +23,7 @@ from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.process_table import ProcessTable
 from dd_slurm.runtime.signals import SignalGate
 from dd_slurm.runtime.step_runner import StepRunner, env_copy
-from dd_slurm.runtime.step_specs import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps
+from dd_slurm.runtime.step_specs import DEFAULT_PATH, Layout, StepSpec, client_step, passed_values, replica_steps, weights_path
 from dd_slurm.scheduler.render import interpreter
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
@@ -84,7 +84,8 @@ class Session:
         self.shard = shard_of(record, self.ambient)
         self.table = ProcessTable(self.dir, self.clock)
         self.layout = Layout(self.attempt_id, str(self.dir), str(self.dir / files.ENDPOINTS), str(self.results_dir),
-                             *self.shard, bundle_dir=str(self.bundle_dir))
+                             *self.shard, bundle_dir=str(self.bundle_dir), tmpdir=self.ambient.get("SLURM_TMPDIR") or None,
+                             uid=os.getuid())
 
     @property
     def attempt_id(self) -> str:
@@ -197,10 +198,36 @@ class Session:
             if path is None and "PATH" in spec.passed:
                 passed["PATH"] = self.ambient["PATH"]
             entry["executables"].append({"program": spec.program(), "path": path})
+        for node, copies in self.weights_copies(staged_only=False).items():
+            nodes.setdefault(node, {"ports": [], "executables": []})["weights"] = copies
         request = files.probe_request(self.dir)
         request.parent.mkdir(exist_ok=True)
         write_json_atomic(request, {"nodes": nodes}, durable=False)  # read by the probe moments later
         return request, passed
+
+    def weights_copies(self, staged_only: bool = True) -> dict[str, list[dict[str, Optional[str]]]]:
+        """By node: each deployment's weights its replicas there read, as {source, target} (target
+        null when not staged), once per pair."""
+        out: dict[str, list[dict[str, Optional[str]]]] = {}
+        for unit in self.prepared.placement:
+            weights = self.deployment(unit.deployment).weights
+            if weights is None or (staged_only and weights.stage != "node_local"):
+                continue
+            for node in unit.nodes:
+                target = weights_path(self.deployment(unit.deployment), node, self.layout)
+                item = {"source": weights.path, "target": None if target == weights.path else target}
+                if item not in out.setdefault(node, []):
+                    out[node].append(item)
+        return out
+
+    def write_stage_request(self) -> Optional[Path]:
+        """The staging step's request (the copies each node makes), or None when nothing is staged."""
+        copies = self.weights_copies()
+        if not copies:
+            return None
+        request = files.stage_request(self.dir)
+        write_json_atomic(request, {"nodes": copies}, durable=False)
+        return request
 
     def readiness_entries(self) -> dict[str, dict]:
         """One entry per replica, by replica name; an automatic port and its URL are known at launch."""

@@ -96,15 +96,29 @@ class Layout:
     shard_index: int = 0
     num_shards: int = 1
     bundle_dir: str = ""
+    tmpdir: Optional[str] = None  # $SLURM_TMPDIR where the site sets it: staged weights' default place
+    uid: int = 0
 
 
-def container_run(container: Optional[Container], layout: Layout) -> Optional[ContainerRun]:
-    """Inside an image the attempt dir, the results dir and the bundle are where they are outside,
-    so every placeholder and the launcher's own paths still point where they should."""
+def weights_path(dep: Deployment, node: str, layout: Layout) -> Optional[str]:
+    """`{weights}` on `node`: its node-local copy when staged, the source otherwise."""
+    from dd_slurm.runtime.node.weights import copy_path
+
+    weights = dep.weights
+    if weights is None or weights.stage != "node_local":
+        return None if weights is None else weights.path
+    return copy_path(weights.path, weights.local_dir, node, layout.tmpdir, layout.uid)
+
+
+def container_run(container: Optional[Container], layout: Layout, weights: Optional[str] = None) -> Optional[ContainerRun]:
+    """Inside an image the attempt dir, the results dir, the bundle and the weights (`{weights}`,
+    read-only) are where they are outside, so every placeholder and the launcher's own paths
+    still point where they should."""
     if container is None:
         return None
     own = [d for d in (layout.attempt_dir, layout.results_dir, layout.bundle_dir) if d]
-    mounts = tuple(dict.fromkeys([*container.mounts, *(f"{d}:{d}" for d in own)]))
+    extra = [f"{weights}:{weights}:ro"] if weights else []
+    mounts = tuple(dict.fromkeys([*container.mounts, *(f"{d}:{d}" for d in own), *extra]))
     return ContainerRun(image=container.image, mounts=mounts, workdir=container.workdir or layout.attempt_dir)
 
 
@@ -142,6 +156,9 @@ def replica_steps(plan: Plan, dep: Deployment, placed: Placed, layout: Layout, a
                   "node_rank": str(rank), "num_nodes": str(dep.nodes)}
         if placed.port is not None:
             values["port"] = str(placed.port)
+        weights = weights_path(dep, node, layout)
+        if weights is not None:
+            values["weights"] = weights
         name = files.deploy_step(placed.name, rank)
         env, passed = step_env(dep.env, ambient, layout, name)
         steps.append(StepSpec(
@@ -149,7 +166,7 @@ def replica_steps(plan: Plan, dep: Deployment, placed: Placed, layout: Layout, a
             env=env, passed=passed, gres_gpus=plan.job.gpus_per_node if dep.gpus_per_node else 0,
             gpu_slots=placed.gpu_slots, cpus=plan.job.cpus_per_task, deployment=dep.name, replica=placed.replica,
             rank=rank, choose_port=placed.port is None and rank == 0, avoid_ports=avoid_ports if rank == 0 else (),
-            container=container_run(dep.container, layout)))
+            container=container_run(dep.container, layout, weights)))
     return steps
 
 

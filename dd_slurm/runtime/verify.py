@@ -75,6 +75,16 @@ def check_paths(workspace: Path, *directories: Path) -> None:
             raise VerificationError("paths", f"{directory} is not writable")
 
 
+def weights_failure(problem: object, node: str) -> VerificationError:
+    """A node's weights problem as read from its answer: a known reason, else `weights_staging`."""
+    from dd_slurm.reasons import WEIGHTS_REASONS
+
+    reason = problem.get("reason") if isinstance(problem, dict) else None
+    detail = problem.get("detail") if isinstance(problem, dict) else None
+    return VerificationError(reason if reason in WEIGHTS_REASONS else "weights_staging",
+                             f"{str(detail)[:300] if detail else 'the weights could not be staged'} (on {node})")
+
+
 def check_probes(results: dict[str, dict], plan: Plan, expected_nodes: Iterable[str]) -> None:
     """Results of the per-node probe step: every node answered, GPUs visible, executables there,
     ports free."""
@@ -87,6 +97,8 @@ def check_probes(results: dict[str, dict], plan: Plan, expected_nodes: Iterable[
                                                  f"the plan needs {plan.job.gpus_per_node}")
         if found.get("missing_images"):
             raise VerificationError("image_missing", f"{found['missing_images'][0]} on {node}")
+        if found.get("weights"):
+            raise weights_failure(found["weights"][0], node)
         if found["missing_executables"]:
             raise VerificationError("executable_missing", f"{found['missing_executables'][0]} not found on {node}")
         if found["busy_ports"]:

@@ -97,3 +97,7 @@ def identity_record(attempt_dir: str | Path, unit: str) -> Path:
 
 def probe_request(attempt_dir: str | Path) -> Path:
     return Path(attempt_dir, STEPS_DIR, "probe-request.json")
+
+
+def stage_request(attempt_dir: str | Path) -> Path:
+    return Path(attempt_dir, STEPS_DIR, "stage-request.json")

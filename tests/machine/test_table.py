@@ -28,6 +28,8 @@ EXPECTED = {
     # a replica's events while servers run: journaled, the state stays
     **{(state, event): state for state in ("deploying", "ready", "client")
        for event in ("lose_replica", "eject_replica", "readmit_replica", "restart_replica")},
+    # a node's weights copied (or reused) while the preflight runs: journaled, the state stays
+    ("preflight", "weights_staged"): "preflight",
 }
 PAIRS = list(itertools.product(table.STATES, table.TRIGGERS))
 

@@ -250,7 +250,24 @@ def probe_answer(request: dict, node: str, environ: Mapping[str, str]) -> dict:
                if not which(e["program"], own_path if e.get("path") is None else e["path"])]
     return {"node": node, "busy_ports": [p for p in mine.get("ports", []) if not port_free(p, address)],
             "missing_executables": missing, "visible_gpus": len(visible) if visible != ["NoDevFiles"] else 0,
-            "slurm_gpus": environ.get("SLURM_GPUS_ON_NODE"), "missing_images": missing_images(mine.get("images", []))}
+            "slurm_gpus": environ.get("SLURM_GPUS_ON_NODE"), "missing_images": missing_images(mine.get("images", [])),
+            "weights": weights_problems(mine.get("weights", []))}
+
+
+def weights_problems(copies: list[dict]) -> list[dict]:
+    """Each weights source readable, and room for each copy to stage (unless a good one is there)."""
+    from dd_slurm.runtime.node.weights import WeightsProblem, check, source_manifest  # standard library only
+
+    problems = []
+    for copy in copies:
+        if copy.get("target"):
+            problems += check(copy["source"], copy["target"])
+            continue
+        try:
+            source_manifest(copy["source"])
+        except WeightsProblem as err:
+            problems.append({"reason": err.reason, "detail": err.detail})
+    return problems
 
 
 def missing_images(images: list[str]) -> list[str]:
@@ -293,6 +310,10 @@ def main(argv: list[str], recorded: list[int] | None = None) -> int:
         return probe(rest[0])
     if command == "_identity":
         return identity(rest[0])
+    if command == "_stage":
+        from dd_slurm.runtime.node.weights import stage_command  # standard library only
+
+        return stage_command(rest[0], node_name())
     if command == "_scan":
         from dd_slurm.runtime.node.leftover_scan import scan_command
 
