@@ -1,7 +1,8 @@
 """Node-local weights, from the supervisor's side: one step with a task on every node that hosts a
 staged deployment's replica (`_stage`, runtime/node/weights.py), started beside the node probe and
 the client's preflight, and waited for before any server is released. Each node's answer is
-checked before use and journaled (`weights_staged`: bytes, files, seconds, reused or copied)."""
+checked before use and journaled (`weights_staged`: the node, the weights, its copy, bytes,
+files, seconds, and whether an earlier copy was reused)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def await_copies(session: Session, started_at: float, alive: Callable[[], None],
             raise AttemptFailure("weights_staging", f"{node} did not report its copies"
                                  f"{f' ({problem})' if problem else ''}")
         for copy in staged:
-            event("weights_staged", node=node, **copy)
+            event("weights_staged", node=node, weights=copy["source"], copy=copy["target"], reused=copy["reused"],
+                  bytes=copy["bytes"], files=copy["files"], seconds=copy["seconds"])
 
 
 def checked_answer(answer: Any) -> Optional[list[dict[str, Any]]]:

@@ -48,6 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--coord-port", type=int, default=0)
     p.add_argument("--join-timeout", type=float, default=120.0)
     p.add_argument("--load-time", type=float, default=0.0, help="seconds before serving")
+    p.add_argument("--weights", default=None, help="a file or tree read whole while loading, as a server loads weights")
     p.add_argument("--crash-after-s", type=float, default=None, help="exit --exit-code this long after serving")
     p.add_argument("--crash-after-requests", type=int, default=None)
     p.add_argument("--exit-code", type=int, default=1, help="exit code of a crash or a load failure")
@@ -325,6 +326,21 @@ class ModelServer(ThreadingHTTPServer):
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
 
 
+def load_weights(path: str, exit_code: int) -> None:
+    """Read every byte of the weights (a file, or a tree's files in order); say where and how much."""
+    top = Path(path)
+    found = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file()) if top.is_dir() else []
+    if not found:
+        log(f"weights {path}: not found")
+        sys.exit(exit_code)
+    total = 0
+    for file in found:
+        with open(file, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                total += len(chunk)
+    log(f"weights {path}: {len(found)} files, {total} bytes")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     install_sigterm(args.ignore_sigterm_s)
@@ -332,6 +348,8 @@ def main(argv: list[str] | None = None) -> None:
         run_follower(args)
         return
     log(f"loading {args.model} ({args.load_time}s)")
+    if args.weights is not None:
+        load_weights(args.weights, args.exit_code)
     if args.role == "leader" and args.num_nodes > 1:
         gather_followers(args)
     time.sleep(args.load_time)
