@@ -294,6 +294,7 @@ class RuntimeActions:
         cleanup = module.Cleanup(
             attempt_dir=s.dir, table=s.table, runner=p.runner if p is not None else None, clock=s.clock, grace_s=grace,
             nodes=nodes, attempt_id=s.attempt_id, signal_steps=s.signal_steps, finish_readiness=self._finish_readiness,
+            here=s.ambient.get("SLURMD_NODENAME"),
             budget=budget_for(s, reason, grace, drain.seconds if drain else 0.0))
         client_ran = "client" in s.table.procs  # running at the stop, or just killed by the same signal from Slurm
         cleanup.run(phases, outcome, reason, drain)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 STAGE_STEP = "stage-weights"
 ANSWER_FIELDS: dict[str, Any] = {"source": str, "target": str, "reused": bool, "bytes": int, "files": int,
-                                 "seconds": (int, float)}
+                                 "seconds": (int, float), "ended_at": (int, float)}
 
 
 def launch(session: Session) -> None:
@@ -55,7 +55,7 @@ def await_copies(session: Session, started_at: float, alive: Callable[[], None],
                                  f"{f' ({problem})' if problem else ''}")
         for copy in staged:
             event("weights_staged", node=node, weights=copy["source"], copy=copy["target"], reused=copy["reused"],
-                  bytes=copy["bytes"], files=copy["files"], seconds=copy["seconds"])
+                  bytes=copy["bytes"], files=copy["files"], seconds=copy["seconds"], ended_at=copy["ended_at"])
 
 
 def checked_answer(answer: Any) -> Optional[list[dict[str, Any]]]:

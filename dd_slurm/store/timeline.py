@@ -6,7 +6,8 @@ Phases come from the records the attempt already keeps: queue wait from the subm
 script execs it); every state from the journal's transitions (verification is the time from the
 job's start until the machine left `verified`); each deployment's load from its first process's
 launch (processes.json), or from entering `deploying` when later (its steps launch held beside the
-preflight), to the first healthy probe (readiness.json). The GPU time spent before
+preflight), to the first healthy probe (readiness.json); each node's weights staging from its
+journal event (the seconds it took, ending when the node said it ended). The GPU time spent before
 the client started is the job's GPUs times the time from the job's start to the client's start.
 Records that are missing or malformed leave their rows out; nothing here raises on bad input.
 """
@@ -139,6 +140,20 @@ def replica_rows(entries: Any, until: Optional[float]) -> list[Row]:
     return rows
 
 
+def staging_rows(entries: Any) -> list[Row]:
+    """Each node's weights staging (journal `weights_staged`): bytes, and copied or reused."""
+    rows = []
+    for e in entries if isinstance(entries, list) else []:
+        e = _dict(e)
+        end, seconds, size = _num(e.get("ended_at")) or _num(e.get("ts")), _num(e.get("seconds")), _num(e.get("bytes"))
+        if e.get("trigger") != "weights_staged" or end is None or seconds is None or size is None:
+            continue
+        how = "reused an earlier copy" if e.get("reused") is True else \
+            f"copied, {size / max(seconds, 1e-3) / 1e6:,.0f} MB/s"
+        rows.append(Row(f"weights on {e.get('node')}", end - seconds, end, "deployments", f"{size / 1e6:,.1f} MB {how}"))
+    return rows
+
+
 def build(attempt_id: str, record: Any, entries: Any, readiness: Any, processes: Any, supervisor: Any,
           plan: Any) -> Timeline:
     record, moves = _dict(record), _moves(entries)
@@ -152,6 +167,7 @@ def build(attempt_id: str, record: Any, entries: Any, readiness: Any, processes:
     deploying_start = next((ts for s, d, ts in moves if d == "deploying" and s != d), None)
     if deploying_start is not None:  # steps launched held beside a failed preflight never loaded
         rows += load_rows(readiness, processes, deploying_end, deploying_start)
+    rows += staging_rows(entries)
     rows += replica_rows(entries, next((ts for s, d, ts in moves if d == "cleanup"), moves[-1][2] if moves else None))
     rows.sort(key=lambda r: (r.start, r.section != "attempt"))
     job = _dict(_dict(plan).get("job"))

@@ -40,10 +40,11 @@ def test_scontrol_answers_parse() -> None:
 
 @pytest.mark.timeout(120)
 def test_cleanup_with_a_hanging_controller_finishes_and_reports_within_its_budget(tmp_path, fake_slurm) -> None:
-    """scancel and every scan srun hang for a minute; the job's end time has passed, so KillWait
-    (5 s here) is all cleanup has. It stops the server anyway (SIGTERM to its srun), writes its
-    report within the budget, records what it could not do, and leaves nothing running."""
-    data = plan_data("single-node")
+    """scancel and every scan srun (to the second node: the supervisor's own is scanned in-process)
+    hang for a minute; the job's end time has passed, so KillWait (5 s here) is all cleanup has.
+    It stops the servers anyway (SIGTERM to their sruns), writes its report within the budget,
+    records what it could not do, and leaves nothing running."""
+    data = plan_data("replicas")
     data["deployments"][0]["argv"] += ["--ignore-sigterm-s", "30"]
     data["client"]["argv"] += ["--exit-code", "3"]
     fake_slurm.add_fault("scancel", hang=60, times=20)
@@ -98,3 +99,18 @@ def test_a_daemon_that_escaped_its_step_is_found_and_killed(tmp_path, fake_slurm
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(120)
+def test_the_supervisors_own_node_is_scanned_in_process_and_the_others_by_one_step(tmp_path, fake_slurm) -> None:
+    """A one-node attempt's cleanup runs no scan step at all (its node is answered in-process);
+    a two-node attempt's scans run as steps on the second node only. Both report both methods."""
+    _attempt, one = run(tmp_path / "one", fake_slurm, plan_data("single-node"))
+    _attempt, two = run(tmp_path / "two", fake_slurm, plan_data("replicas"))
+    scans = {name: sorted(p.name for p in (s.attempt_dir / "logs").glob("scan-*.log")) for name, s in
+             (("one", one), ("two", two))}
+    scanned_by_step = {json.loads(line)["node"] for line in (two.attempt_dir / "logs" / "scan-kill.log").read_text()
+                       .splitlines() if line.startswith("{")}
+    methods = {name: sorted(read(s.attempt_dir, "cleanup.json")["methods"]) for name, s in (("one", one), ("two", two))}
+    assert ({"one": [], "two": ["scan-kill.log", "scan-record.log"]}, {"127.0.2.2"},
+            {"one": ["127.0.2.1"], "two": ["127.0.2.1", "127.0.2.2"]}) == (scans, scanned_by_step, methods)

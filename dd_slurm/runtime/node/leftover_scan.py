@@ -71,10 +71,10 @@ def _my_steps(attempt_dir: str, node: str) -> list[dict]:
     return found
 
 
-def record_trees(attempt_dir: str) -> dict:
+def record_trees(attempt_dir: str, node: str | None = None) -> dict:
     """Before cleanup stops anything: this node's live step processes, their descendants (orphans
     stay in the tree: the launcher made each step a child subreaper) and their sessions."""
-    node, table = node_name(), process_table()
+    node, table = node or node_name(), process_table()
     live = [s for s in _my_steps(attempt_dir, node) if table.get(s["pid"], {}).get("start_time") == s["start_time"]]
     members = descendants({s["pid"] for s in live}, table) | {s["pid"] for s in live}
     sessions = [{"sid": table[s["pid"]]["sid"], "pgid": table[s["pid"]]["pgid"], "since": s["start_time"]} for s in live]
@@ -118,10 +118,10 @@ def _cgroup_members(table: dict[int, dict]) -> tuple[set[int], str]:
     return set(), "unavailable: this node does not put steps in cgroups (no job_ path in /proc/self/cgroup)"
 
 
-def scan_node(attempt_id: str, kill: bool, attempt_dir: str = "") -> dict:
+def scan_node(attempt_id: str, kill: bool, attempt_dir: str = "", node: str | None = None) -> dict:
     """This node's leftovers, found by every method available here, SIGKILLed when asked (only if
     still the same process, by start time)."""
-    table, node = process_table(), node_name()
+    table, node = process_table(), node or node_name()
     found = {p["pid"]: {**p, "seen_by": ["environment"]} for p in _environment_matches(attempt_id, table)}
     methods = {"environment": "ran"}
     if attempt_dir:

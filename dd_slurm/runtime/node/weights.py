@@ -147,7 +147,7 @@ def stage(source: str, target: str, node: str, workers: int = WORKERS) -> dict[s
             os.rename(partial, target)
             write_manifest(target, {"source": source, **manifest})
     return {"source": source, "target": target, "reused": reused, "bytes": total,
-            "files": len(manifest["files"]), "seconds": round(time.monotonic() - started, 3)}
+            "files": len(manifest["files"]), "seconds": round(time.monotonic() - started, 3), "ended_at": time.time()}
 
 
 def remove_copies(target: str) -> None:
