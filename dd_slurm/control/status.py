@@ -51,11 +51,29 @@ def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]],
     view["effective"] = effective(summary, view["scheduler"])
     if summary["state"] == "done":
         view["result"] = result_summary(attempt_dir)
+    elif summary["state"] == "preflight" and view["effective"] is None:
+        view["staging"] = staging_view(attempt_dir)
     elif summary["state"] == "client" and now is not None and view["effective"] is None:  # the client runs
         from dd_slurm.control.progress import progress
 
         view["progress"] = progress(attempt_dir, now())
     return view
+
+
+def staging_view(attempt_dir: Path) -> Optional[dict[str, Any]]:
+    """The nodes copying weights while the preflight runs (the staging step's request), and those
+    that have reported; null when nothing is staged."""
+    from dd_slurm.store.view import checked_journal, read_json
+
+    try:
+        request = read_json(files.stage_request(attempt_dir))
+    except AttemptDirError:
+        return None
+    nodes = request.get("nodes") if isinstance(request, dict) else None
+    if not isinstance(nodes, dict) or not all(isinstance(n, str) for n in nodes):
+        return None
+    done = {e.get("node") for e in checked_journal(attempt_dir / files.JOURNAL) if e.get("trigger") == "weights_staged"}
+    return {"nodes": sorted(nodes), "staged": sorted(n for n in nodes if n in done)}
 
 
 def result_summary(attempt_dir: Path) -> Optional[dict[str, Any]]:

@@ -60,6 +60,12 @@ def progress(view: dict[str, Any], now: float) -> tuple[str, str]:
         parts = [_deployment(name, dep, attempt["state"], now) for name, dep in sorted(deployments.items())]
         stable.append(" ".join(p[0] for p in parts))
         full.append(" ".join(p[1] for p in parts))
+    staging = view.get("staging")
+    if staging:
+        copying = [n for n in staging["nodes"] if n not in staging["staged"]]
+        text = f"weights: staging on {','.join(copying)}" if copying else "weights: staged"
+        stable.append(text)
+        full.append(text)
     obs = view.get("scheduler")
     if obs:
         job = f"| job {obs['job_id']} {obs['state']}" + (f" ({obs['reason']})" if obs.get("reason") else "")

@@ -111,3 +111,26 @@ def test_records_so_far_match_the_line_by_line_count(tmp_path_factory, content, 
     path.write_bytes(content + last)
     expected = sum(1 for line in (content + last).split(b"\n")[:-1] if line.strip())
     assert expected == complete_lines(path, block)
+
+
+def test_status_and_watch_show_the_nodes_still_staging_weights(fake_slurm, fake_commands, clock, tmp_path) -> None:
+    """While the preflight runs, status names the nodes the staging step copies on and those that
+    reported (journal `weights_staged`); the watch line says which still copy."""
+    from dd_slurm.control import status as attempt_status
+    from dd_slurm.control.watch import progress as watch_line
+    from dd_slurm.machine.journal import Journal
+    from dd_slurm.store import attempt_files as files
+    from tests.control.test_submit_status import fake_job
+
+    attempt = staged(tmp_path, "1000")
+    journal_to(attempt, "verified", "preflight")
+    files.stage_request(attempt).parent.mkdir(exist_ok=True)
+    files.stage_request(attempt).write_text(json.dumps({"nodes": {"n1": [], "n2": []}}))
+    fake_job(fake_slurm, "1000", state="RUNNING")
+    before = attempt_status.status(attempt, fake_commands, clock)
+    Journal(attempt, clock).append("event", "preflight", "preflight", "weights_staged", node="n1")
+    after = attempt_status.status(attempt, fake_commands, clock)
+    assert ({"nodes": ["n1", "n2"], "staged": []}, {"nodes": ["n1", "n2"], "staged": ["n1"]}) == (
+        before["staging"], after["staging"])
+    assert ("weights: staging on n1,n2", "weights: staging on n2") == tuple(
+        part for view in (before, after) for part in watch_line(view, 0.0)[1].split("  ") if part.startswith("weights"))

@@ -95,6 +95,9 @@ def test_three_replicas_on_two_nodes_read_one_copy_per_node_and_the_next_attempt
     loaded_on = [node_of.get(path, path) for path in loaded_paths(first)]  # a path not a copy stays itself
     assert [1, 2] == sorted(loaded_on.count(node) for node in set(loaded_on)), loaded_on
     assert all(same_tree(source, Path(c)) for c in copies)
+    shown = subprocess.run(EXE + ["inspect", str(first), "--timeline"], capture_output=True, text=True, timeout=60)
+    rows = sorted(line.strip().split("  ")[0] for line in shown.stdout.splitlines() if "weights on " in line)
+    assert [f"weights on {e['node']}" for e in events] == rows, shown.stdout
     second, job = submit_in(tmp_path / "b", data, "weights-again")
     assert ("succeeded", "ok") == finished(second, job), evidence(second)
     again = staged_events(second)

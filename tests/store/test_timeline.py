@@ -83,6 +83,20 @@ def test_each_lost_replica_has_a_row_until_it_serves_again() -> None:
         (r.name, r.start, r.seconds, r.note) for r in found.rows if r.name.endswith(" lost")]
 
 
+def test_each_nodes_weights_staging_has_a_row_ending_when_the_node_said() -> None:
+    """A node that copied 2 GB in 2 s (ending at 5 s, journaled later at 6 s) and one that reused its
+    copy: one row each, with the bytes and the rate or the reuse."""
+    entries = [{"kind": "transition", "from": "verified", "to": "preflight", "ts": 2.0},
+               {"kind": "event", "trigger": "weights_staged", "node": "n1", "bytes": 2_000_000_000, "seconds": 2.0,
+                "reused": False, "ended_at": 5.0, "ts": 6.0},
+               {"kind": "event", "trigger": "weights_staged", "node": "n2", "bytes": 2_000_000_000, "seconds": 0.01,
+                "reused": True, "ended_at": 3.01, "ts": 6.0}]
+    found = build("a", {}, entries, {}, {}, {"started_at": 0.5}, {})
+    assert [("weights on n1", 3.0, 2.0, "2,000.0 MB copied, 1,000 MB/s"),
+            ("weights on n2", 3.0, 0.01, "2,000.0 MB reused an earlier copy")] == [
+        (r.name, round(r.start, 3), round(r.seconds, 3), r.note) for r in found.rows if r.name.startswith("weights")]
+
+
 def test_gpu_time_stops_when_the_client_starts() -> None:
     """The demo: 3 nodes x 2 GPUs, from the job's start to the client's start."""
     found = load(FIXTURES / "timeline" / "demo-succeeded")
