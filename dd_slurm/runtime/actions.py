@@ -71,6 +71,7 @@ class RuntimeActions:
         self.verified_bundle = verified_bundle  # (dir, digest) the entry point verified in this process
         self.local_probe = local_probe  # this node's probe answer (request, node, environment)
         self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
+        self.after_staging: list[StepSpec] = []  # container steps mounting a weights copy: started once it exists
         self.ports: dict[str, int] = {}  # replica name -> its port (fixed, or published by its leader)
         self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
         self.gateway_base: Optional[str] = None  # e.g. "http://127.0.0.1:PORT" once a gateway serves
@@ -172,6 +173,8 @@ class RuntimeActions:
             for spec in p.specs[unit.name]:
                 if needs_port(spec):
                     self.deferred.setdefault(unit.name, []).append(spec)
+                elif staging.mounts_copy(spec, p.deployment(unit.deployment)):
+                    self.after_staging.append(spec)
                 else:
                     held = evolve(spec, held=True)
                     self._start(held)
@@ -184,6 +187,9 @@ class RuntimeActions:
         s.gate.check()
         p.runner.release(list(self.started))
         self.released = True
+        for spec in self.after_staging:
+            self._start(spec)
+            self.started[spec.name] = spec
         with self.readiness.batch():
             for unit in p.placement:
                 timeout = p.deployment(unit.deployment).ready_timeout_s

@@ -13,11 +13,19 @@ from dd_slurm.errors import AttemptFailure
 from dd_slurm.runtime import verify, waits
 
 if TYPE_CHECKING:
+    from dd_slurm.plan.records import Deployment
     from dd_slurm.runtime.session import Session
+    from dd_slurm.runtime.step_specs import StepSpec
 
 STAGE_STEP = "stage-weights"
 ANSWER_FIELDS: dict[str, Any] = {"source": str, "target": str, "reused": bool, "bytes": int, "files": int,
                                  "seconds": (int, float), "ended_at": (int, float)}
+
+
+def mounts_copy(spec: StepSpec, dep: Deployment) -> bool:
+    """A container step of a deployment whose weights are staged: pyxis mounts the node's copy at
+    the step's start, so the step cannot be launched held before the copy exists."""
+    return spec.container is not None and dep.weights is not None and dep.weights.stage == "node_local"
 
 
 def launch(session: Session) -> None:

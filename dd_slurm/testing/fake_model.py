@@ -338,7 +338,18 @@ def load_weights(path: str, exit_code: int) -> None:
         with open(file, "rb") as handle:
             while chunk := handle.read(1 << 20):
                 total += len(chunk)
-    log(f"weights {path}: {len(found)} files, {total} bytes")
+    log(f"weights {path}: {len(found)} files, {total} bytes, {'writable' if writable(top) else 'read-only'}")
+
+
+def writable(top: Path) -> bool:
+    """Whether a file can be made beside the weights (removed again at once)."""
+    probe = (top if top.is_dir() else top.parent) / f".fake-model-probe-{os.getpid()}"
+    try:
+        probe.touch()
+    except OSError:
+        return False
+    probe.unlink()
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,14 +5,17 @@ cancel leaves no process, no enroot container and no mount behind."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from dd_slurm.runtime.node.weights import copy_path
 from tests.runtime.harness import evidence, no_leftovers, outcome, plan_data, read, servers_started
 from tests.slurm.clusters import table
 from tests.slurm.conftest import wait_until
@@ -172,3 +175,40 @@ def test_a_server_under_a_starter_process_is_ours_and_cleaned_up(tmp_path, clust
     wait_job_gone(job_id)
     assert ("succeeded", "ok") == outcome(attempt_dir), evidence(attempt_dir)
     assert ([], "clean") == (no_leftovers(attempt_dir.name), read(attempt_dir, "cleanup.json")["verdict"])
+
+
+@pytest.mark.timeout(300)
+def test_staged_weights_are_mounted_read_only_into_the_image(tmp_path, cluster) -> None:
+    """3 replicas in the image, weights staged node-local: each server (inside its container) reads
+    `{weights}`, its node's copy, which pyxis mounts at the same path once the staging step has
+    made it (those steps start at release, not held); the copy cannot be written from inside."""
+    source = tmp_path / "model"
+    (source / "tok").mkdir(parents=True)
+    (source / "model.safetensors").write_bytes(os.urandom(1 << 20))
+    (source / "tok" / "tokenizer.json").write_text("{}")
+    data = in_image(plan_data("replicas"))
+    dep = data["deployments"][0]
+    dep["weights"] = {"path": str(source), "stage": "node_local", "local_dir": str(tmp_path / "local" / "{node}")}
+    dep["argv"] += ["--weights", "{weights}"]
+    locks = []
+    for node in ("n1", "n2", "n3"):  # staging waits 5 s (as behind a slow copy) while the other steps start
+        target = copy_path(str(source), str(tmp_path / "local" / "{node}"), node, None, os.getuid())
+        Path(target).parent.mkdir(parents=True, mode=0o700)
+        locks.append(os.open(f"{target}.lock", os.O_WRONLY | os.O_CREAT, 0o600))
+        fcntl.flock(locks[-1], fcntl.LOCK_EX)
+    try:
+        attempt_dir, job_id = submit_as_root(tmp_path, data, "in-image-weights", cluster)
+        wait_until(lambda: (attempt_dir / "logs" / "stage-weights.log").exists(), 120, "the staging step")
+        time.sleep(5)
+    finally:
+        for lock in locks:
+            os.close(lock)
+    wait_state(attempt_dir, ("done",), 250)
+    wait_job_gone(job_id)
+    assert ("succeeded", "ok") == outcome(attempt_dir), evidence(attempt_dir)
+    staged = {json.loads(line)["copy"] for line in (attempt_dir / "journal.jsonl").read_text().splitlines()
+              if '"weights_staged"' in line}
+    said = [line.split("]: weights ", 1)[1] for p in (attempt_dir / "logs").glob("deploy-*.log")
+            for line in p.read_text().splitlines() if "]: weights " in line]
+    loaded = {line.split(": ", 1)[0] for line in said}
+    assert (3, staged, [True] * 3) == (len(said), loaded, [line.endswith(", read-only") for line in said]), said
