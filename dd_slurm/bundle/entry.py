@@ -49,8 +49,8 @@ EXIT_UNVERIFIED = 4
 # verify, all they may import. The long-lived gateway (_gateway) verifies the whole bundle, as `run` does.
 NODE_MODULES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.node", "dd_slurm.runtime.node.stepexec",
                 "dd_slurm.runtime.node.procfs", "dd_slurm.runtime.node.leftover_scan", "dd_slurm.runtime.node.listeners",
-                "dd_slurm.runtime.node.weights", "dd_slurm.plan", "dd_slurm.plan.fields", "dd_slurm.store",
-                "dd_slurm.store.atomic", "dd_slurm.store.attempt_files")
+                "dd_slurm.runtime.node.weights", "dd_slurm.runtime.node.port_claims", "dd_slurm.plan",
+                "dd_slurm.plan.fields", "dd_slurm.store", "dd_slurm.store.atomic", "dd_slurm.store.attempt_files")
 NODE_PACKAGES = ("dd_slurm", "dd_slurm.runtime", "dd_slurm.runtime.node", "dd_slurm.plan", "dd_slurm.store")
 GATEWAY_COMMAND = "_gateway"
 _HEX = frozenset("0123456789abcdef")

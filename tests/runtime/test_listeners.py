@@ -127,15 +127,16 @@ def test_which_listeners_a_connection_to_the_node_reaches(bound, node, expected)
     assert expected == reachable(bound, node)
 
 
-def test_port_allocator_gives_a_free_port_not_avoided() -> None:
+def test_port_allocator_gives_a_free_port_not_avoided(tmp_path) -> None:
     """A port >= 1024 that can be bound right away on the address, never one in `avoid`; an
     address the machine does not have gives none."""
-    first = choose_port("127.0.0.1", [])
-    second = choose_port("127.0.0.1", [first])
+    claims = str(tmp_path / "claims")
+    first = choose_port("127.0.0.1", [], claims=claims)
+    second = choose_port("127.0.0.1", [first], claims=claims)
     assert first >= 1024 and second != first
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", second))
-    assert None is choose_port("203.0.113.7", [])
+    assert None is choose_port("203.0.113.7", [], claims=claims)
 
 
 def test_launcher_expands_the_chosen_port_and_records_it() -> None:
@@ -214,11 +215,11 @@ def test_a_chosen_port_is_outside_this_machines_ephemeral_range_and_skips_busy_o
     """On this machine the chosen port is outside ip_local_port_range; in a range of two ports with
     one taken, the other is chosen every time; the range file unreadable is Linux's default."""
     low, high = ephemeral_range()
-    assert not low <= choose_port("127.0.0.1", []) <= high
+    assert not low <= choose_port("127.0.0.1", [], claims=str(tmp_path / "claims")) <= high
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         taken = busy.getsockname()[1]
         free = taken + 1 if taken < 65535 else taken - 1
-        assert {free} == {choose_port("127.0.0.1", [], ports=range(min(taken, free), max(taken, free) + 1))
-                          for _ in range(10)}
+        assert {free} == {choose_port("127.0.0.1", [], ports=range(min(taken, free), max(taken, free) + 1),
+                                      claims=str(tmp_path / f"claims-{i}")) for i in range(10)}
     assert (32768, 60999) == ephemeral_range(str(tmp_path / "missing"))

@@ -82,7 +82,8 @@ def finished(attempt_dir: Path, job_id: str) -> tuple[str | None, str | None]:
 def test_three_replicas_on_two_nodes_read_one_copy_per_node_and_the_next_attempt_reuses_it(tmp_path, cluster) -> None:
     """First attempt: each of the two nodes copies the tree once (counted: one journal event and one
     finished copy per node), every server loads its node's copy, the attempt succeeds. Second
-    attempt on the same nodes: both copies reused, staging under 1 s per node."""
+    attempt: every node it shares with the first (at least one) reuses its copy, staging in under
+    1 s; a node it did not share copies."""
     source = model_tree(tmp_path / "model")
     local = tmp_path / "local"
     data = weights_plan(source, str(local / "{node}"))
@@ -101,7 +102,10 @@ def test_three_replicas_on_two_nodes_read_one_copy_per_node_and_the_next_attempt
     second, job = submit_in(tmp_path / "b", data, "weights-again")
     assert ("succeeded", "ok") == finished(second, job), evidence(second)
     again = staged_events(second)
-    assert ([True, True], True) == ([e["reused"] for e in again], all(e["seconds"] < 1.0 for e in again)), again
+    had_copy = {e["node"] for e in events}  # the scheduler may give the second attempt another pair of the 3 nodes;
+    reused = [e for e in again if e["reused"]]  # any two pairs share a node
+    assert ([e["node"] in had_copy for e in again], True, True) == (
+        [e["reused"] for e in again], bool(reused), all(e["seconds"] < 1.0 for e in reused)), again
 
 
 def unfinished_copy(source: Path, local: Path, node: str) -> tuple[Path, int]:

@@ -100,11 +100,16 @@ def ephemeral_range(path: str = EPHEMERAL_RANGE) -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
-def choose_port(address: str, avoid: list[int], tries: int = 64, ports: range | None = None) -> int | None:
-    """A port free on this node's address now, not one of `avoid`: outside the ephemeral range
-    (automatic_ports), tried from a random place in it; the kernel's choice when there is no room."""
+def choose_port(address: str, avoid: list[int], tries: int = 64, ports: range | None = None,
+                claims: str | None = None) -> int | None:
+    """A port free on this node's address now, not one of `avoid`, and claimed for this process and
+    the program it execs (port_claims: not one another launcher chose a moment ago): outside the
+    ephemeral range (automatic_ports), tried from a random place in it; the kernel's choice when
+    there is no room."""
     import errno
     import socket
+
+    from dd_slurm.runtime.node.port_claims import CLAIMS_DIR, claim  # standard library only
 
     ports = automatic_ports(ephemeral_range()) if ports is None else ports
     start = int.from_bytes(os.urandom(4), "big")
@@ -118,7 +123,7 @@ def choose_port(address: str, avoid: list[int], tries: int = 64, ports: range | 
                     return None  # not an address of this node
                 continue
             port = sock.getsockname()[1]
-        if port >= 1024 and port not in avoid:
+        if port >= 1024 and port not in avoid and claim(port, claims or CLAIMS_DIR):
             return port
     return None
 
