@@ -50,25 +50,9 @@ def client_started(attempt_dir: Path) -> Optional[float]:
 
 def gateway_counts(attempt_dir: Path) -> dict[str, Any]:
     """Totals over every alias from the gateway's stats file, and the last minute's request rate."""
-    from dd_slurm.store.gateway_stats import read_stats
+    from dd_slurm.control.stats_totals import gateway_totals
 
-    stats = read_stats(attempt_dir / files.GATEWAY_STATS)
-    if stats is None:
-        return {"requests": None, "ok": None, "rejected_429": None, "errors": None, "req_per_s": None,
-                "replicas_serving": None, "tokens_out": None, "tokens_per_s": None}
-    aliases = list(stats.aliases.values())
-    window = stats.window
-    servers = [r.server for a in aliases for r in a.replicas if r.server is not None]
-    tokens = round(sum(s.generation_tokens for s in servers)) if servers else None
-    return {"tokens_out": tokens,
-            "tokens_per_s": round(window.generation_tokens / window.seconds, 3)
-            if tokens is not None and window and window.generation_tokens is not None and window.seconds > 0 else None,
-            "requests": sum(a.requests for a in aliases),
-            "ok": sum(a.responses.get("2xx", 0) for a in aliases),
-            "rejected_429": sum(a.rejected_429.queue_full + a.rejected_429.queue_timeout for a in aliases),
-            "errors": sum(a.responses.get("5xx", 0) for a in aliases),
-            "req_per_s": round(window.requests / window.seconds, 3) if window and window.seconds > 0 else None,
-            "replicas_serving": sum(len(a.replicas) for a in aliases)}
+    return gateway_totals(attempt_dir / files.GATEWAY_STATS)
 
 
 def result_settings(attempt_dir: Path) -> tuple[str, str, Optional[int]]:
