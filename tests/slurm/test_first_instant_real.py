@@ -50,9 +50,12 @@ class FirstSight:
             if key in self.seen:
                 return
             with open(f"/proc/{pid}/environ", "rb") as handle:
-                environ = handle.read().split(b"\0")
+                environ = handle.read()
         except OSError:
             return
+        if not environ:  # mid-exec: the new program's name is set before its environment is: look again
+            return
+        environ = environ.split(b"\0")
         self.seen.add(key)
         ours = [v for v in environ if v.startswith(self.marks[0])]
         if not ours or self.marks[1] not in environ or ours[0].split(b"=", 1)[1].decode() in self.hit:
