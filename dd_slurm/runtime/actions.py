@@ -9,8 +9,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from types import ModuleType
 from typing import Optional
 
-from attrs import evolve
-
 from dd_slurm.errors import AttemptFailure
 from dd_slurm.plan.placement import Placed
 from dd_slurm.runtime import gateway_step, images, staging, verify, waits
@@ -18,13 +16,13 @@ from dd_slurm.runtime.budget import budget_for
 from dd_slurm.runtime.context import Allocation
 from dd_slurm.runtime.endpoints import endpoint_map, publish
 from dd_slurm.runtime.fleet import Fleet, identity_prover
+from dd_slurm.runtime.launches import Launches
 from dd_slurm.runtime.node.stepexec import probe_answer, read_json
 from dd_slurm.runtime.probes import probe_health
 from dd_slurm.runtime.replica_checks import PROBE_THREADS, each, unproven
-from dd_slurm.runtime.replicas import published_port
 from dd_slurm.runtime.results import keep_partial, validate_result, with_images
 from dd_slurm.runtime.session import NotPrepared, Session
-from dd_slurm.runtime.step_specs import StepSpec, needs_port, with_port
+from dd_slurm.runtime.step_specs import StepSpec
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import write_json_atomic
 from dd_slurm.store.readiness import Readiness, probe_summary
@@ -66,20 +64,15 @@ class RuntimeActions:
         self.replica_event = replica_event  # the attempt's: journals a replica event (table.REPLICA_EVENTS)
         self._fleet: Optional[Fleet] = None
         self._readiness: Optional[Readiness] = None  # created by ensure_readiness, once prepared
-        self.started: dict[str, StepSpec] = {}  # deployment steps by name, in start order (held until released)
-        self.released = False  # whether release_deployments has let the held steps go on
+        self.launches = Launches(session, self._port_known)  # the deployment steps, their ports and leaders
         self.verified_bundle = verified_bundle  # (dir, digest) the entry point verified in this process
         self.local_probe = local_probe  # this node's probe answer (request, node, environment)
-        self.deferred: dict[str, list[StepSpec]] = {}  # followers waiting for their replica's automatic port
-        self.after_staging: list[StepSpec] = []  # container steps mounting a weights copy: started once it exists
-        self.ports: dict[str, int] = {}  # replica name -> its port (fixed, or published by its leader)
         self.deadlines: dict[str, float] = {}  # replica name -> monotonic readiness deadline
         self.gateway_base: Optional[str] = None  # e.g. "http://127.0.0.1:PORT" once a gateway serves
         self.client_deadline: Optional[float] = None
         self.probe_deadline: Optional[float] = None
         self.staging_started = 0.0  # when the weights' staging step started (monotonic)
         self._identity_batches = 0  # identity-<n>: the on-node identity checks so far
-        self.leaders: dict[str, StepSpec] = {}  # replica name -> its leader step, once restarted (else the first)
 
     # staged -> verified
     def inputs_verified(self) -> bool:
@@ -164,32 +157,15 @@ class RuntimeActions:
                                     LOCAL_PROBE_POLL_S)
 
     def launch_deployments(self) -> None:
-        """Every replica's steps, held: srun, the launcher's start-up and its bundle check overlap
-        the preflight, and no server program starts before release_deployments. Followers of a
-        replica whose port its leader chooses start once the leader has published it (in
-        deployments_ready). Multi-node replicas first: their followers wait on the leader's port."""
-        p = self.session.prepared
-        for unit in sorted(p.placement, key=lambda u: -len(u.nodes)):
-            for spec in p.specs[unit.name]:
-                if needs_port(spec):
-                    self.deferred.setdefault(unit.name, []).append(spec)
-                elif staging.mounts_copy(spec, p.deployment(unit.deployment)):
-                    self.after_staging.append(spec)
-                else:
-                    held = evolve(spec, held=True)
-                    self._start(held)
-                    self.started[spec.name] = held
+        """Every replica's steps, held (runtime/launches.py): no server program starts before release_deployments."""
+        self.launches.launch_held()
 
     # preflight -> deploying
     def release_deployments(self) -> None:
         """The preflights passed: every held step goes on, and each replica's readiness deadline starts."""
         s, p = self.session, self.session.prepared
         s.gate.check()
-        p.runner.release(list(self.started))
-        self.released = True
-        for spec in self.after_staging:
-            self._start(spec)
-            self.started[spec.name] = spec
+        self.launches.release()
         with self.readiness.batch():
             for unit in p.placement:
                 timeout = p.deployment(unit.deployment).ready_timeout_s
@@ -290,10 +266,11 @@ class RuntimeActions:
     def run_cleanup(self, outcome: str, reason: str) -> None:
         s = self.session
         p = s.prepared_or_none()  # None when preparation failed: cleanup still stops what this process started
-        phases = [["client", "preflight", PROBE_STEP], [gateway_step.GATEWAY_STEP], list(reversed(self.started))]
+        phases = [["client", "preflight", PROBE_STEP], [gateway_step.GATEWAY_STEP], list(reversed(self.launches.started))]
         grace = s.cleanup_grace_s(default=10.0)
-        if p is not None and self.started and not self.released:  # held steps end by end of input, started nothing
-            p.runner.withdraw(list(self.started), s.clock.monotonic() + WITHDRAW_WAIT_S)
+        held = self.launches.started and not self.launches.released  # held steps end by end of input, started nothing
+        if p is not None and held:
+            p.runner.withdraw(list(self.launches.started), s.clock.monotonic() + WITHDRAW_WAIT_S)
         nodes = p.alloc.nodes if p is not None else ()
         module = cleanup_module()
         drain = module.drain_for(p, s.table, reason)
@@ -313,7 +290,7 @@ class RuntimeActions:
     def check_alive(self) -> None:
         """A released deployment step that exited, or a gateway that ended, is a failure now. Held
         steps count once released: before, the probe's and the preflight's verdicts come first."""
-        if self.released:
+        if self.launches.released:
             self.fleet.check()
         waits.check_gateway_alive(self.session)
 
@@ -336,28 +313,12 @@ class RuntimeActions:
     def fleet(self) -> Fleet:
         """The replicas while they serve (runtime/fleet.py), once prepared."""
         if self._fleet is None:
-            self._fleet = Fleet(self.session, self.readiness, self.started, self.ports, self.replica_event,
+            launches = self.launches
+            self._fleet = Fleet(self.session, self.readiness, launches.started, launches.ports, self.replica_event,
                                 lambda: self.publish("ready" if self.gateway_base else "planned"),
-                                identity_prover(self.session, self.ports, self._next_identity_batch, self.leaders),
-                                self.relaunch, self._port)
+                                identity_prover(self.session, launches.ports, self._next_identity_batch, launches.leaders),
+                                launches.relaunch, launches.port)
         return self._fleet
-
-    def relaunch(self, unit: Placed, restart: int) -> None:
-        """The replica's steps again, in place (its GPUs, its node; a new port when automatic), as
-        new steps named `<step>-r<restart>`; followers of an automatic port wait for the leader's."""
-        self.ports.pop(unit.name, None)
-        self.deferred.pop(unit.name, None)
-        for spec in self.session.prepared.specs[unit.name]:
-            name = f"{spec.name}-r{restart}"
-            again = evolve(spec, name=name, held=False, env={**spec.env, "DD_SLURM_ROLE": name})
-            if spec.rank == 0:
-                self.leaders[unit.name] = again
-            if needs_port(again):
-                self.deferred.setdefault(unit.name, []).append(again)
-            else:
-                self._start(again)
-                self.started[again.name] = again
-
 
     def _next_identity_batch(self) -> str:
         self._identity_batches += 1
@@ -372,15 +333,13 @@ class RuntimeActions:
 
     # helpers
     def _start(self, spec: StepSpec) -> None:
-        """Every launch: a signal that has landed by now starts nothing."""
-        self.session.gate.check()
-        self.session.prepared.runner.start(spec, self.session.passed(spec))
+        self.launches.start(spec)
 
     def replica_urls(self) -> dict[str, str]:
         """Replica name -> its base URL, for every replica whose port is known (all of them once
         deployments_ready has passed): what a gateway routes each alias to."""
         placement = self.session.prepared.placement
-        ports = {u.name: self.ports.get(u.name, u.port) for u in placement}
+        ports = {u.name: self.launches.ports.get(u.name, u.port) for u in placement}
         return {u.name: f"http://{u.leader}:{ports[u.name]}/v1" for u in placement if ports[u.name] is not None}
 
     def publish(self, state: str) -> None:
@@ -396,48 +355,31 @@ class RuntimeActions:
         side by side): 200, or 401 when the attempt has a key. These probes never carry the key;
         it goes only to ports the identity check proved ours (replica_checks.proven_problem)."""
         s = self.session
-        known = [(u, port) for u in waiting if (port := self._port(u)) is not None]
+        known = [(u, port) for u in waiting if (port := self.launches.port(u)) is not None]
         probes = each(pool, lambda up: probe_health(up[0].leader, up[1], s.deployment(up[0].deployment).health_path,
                                                     withheld_key=s.api_key), known)
         for (unit, _port), probe in zip(known, probes):
             self.readiness.note_probe(unit.name, {**probe, "time": s.clock.wall()})
         return [unit for (unit, _port), probe in zip(known, probes) if probe["ok"]]
 
-    def _port(self, unit: Placed) -> Optional[int]:
-        """The replica's port: fixed, or once its leader's launcher has published it (validated);
-        then its deferred followers start."""
-        if unit.name in self.ports:
-            return self.ports[unit.name]
-        p = self.session.prepared
-        leader = self.leaders.get(unit.name) or p.specs[unit.name][0]
-        record = p.runner.started(leader.name)
-        if record is None or record.get("error"):
-            return None  # not started yet, or it failed and check_alive will say so
-        try:
-            port = published_port(record, leader)
-        except ValueError as err:
-            raise AttemptFailure("launch_failed", f"{leader.name}: its step record is not valid: {err}") from None
-        self.ports[unit.name] = port
+    def _port_known(self, unit: Placed, port: int) -> None:
         self.readiness.move(unit.name, "starting", port=port, base_url=f"http://{unit.leader}:{port}/v1")
-        for spec in self.deferred.pop(unit.name, []):
-            spec = with_port(spec, port)
-            self._start(spec)
-            self.started[spec.name] = spec
-        return port
 
     def _confirm_identities(self, units: list[Placed], pool: Executor) -> None:
         """Ready once proven ours (replica_checks.unproven, one on-node step for all); else server_identity."""
         if not units:
             return
         try:
-            failed = unproven(self.session, units, self.ports, pool, self._next_identity_batch(), self.leaders)
+            failed = unproven(self.session, units, self.launches.ports, pool, self._next_identity_batch(),
+                              self.launches.leaders)
         except ValueError as err:
             raise AttemptFailure("launch_failed", str(err)) from None
         if failed is not None:
-            self._identity_failed(failed[0], self.ports[failed[0].name], failed[1])
+            self._identity_failed(failed[0], self.launches.ports[failed[0].name], failed[1])
         for unit in units:
-            url = f"http://{unit.leader}:{self.ports[unit.name]}/v1"
-            self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=self.ports[unit.name])
+            port = self.launches.ports[unit.name]
+            url = f"http://{unit.leader}:{port}/v1"
+            self.readiness.move(unit.name, "ready", ready=[url], base_url=url, port=port)
 
     def _identity_failed(self, unit: Placed, port: int, detail: str) -> None:
         waits.wait_for_signal(self.session)  # a server gone between health and the check may be scancel's doing

@@ -73,7 +73,7 @@ def actions_for(tmp_path: Path, launched: subprocess.Popen, port: int) -> Runtim
     actions = RuntimeActions(session)  # type: ignore[arg-type]
     actions._readiness = Readiness.new(tmp_path, "a1", {UNIT.name: {"deployment": "small", "replica": 0}})
     actions.readiness.move(UNIT.name, "starting")
-    actions.ports[UNIT.name] = port
+    actions.launches.ports[UNIT.name] = port
     actions.deadlines[UNIT.name] = session.clock.monotonic() + 60.0
     return actions
 
