@@ -274,7 +274,7 @@ def status(attempt_dir: Optional[str], last: bool, workspace: Optional[str], as_
     """The attempt's state from disk plus a fresh scheduler observation (exit 3 when the
     scheduler cannot answer; what is on disk is still shown)."""
     from dd_slurm.control.status import status as do_status
-    from dd_slurm.store.run_record import is_run_dir
+    from dd_slurm.store.attempt_files import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     attempt_dir = attempt_path(attempt_dir, last, workspace, runs=True)
@@ -377,7 +377,7 @@ def clean(workspace: Optional[str], older_than: str, dry_run: bool, as_json: boo
 def cancel(attempt_dir: Optional[str], last: bool, workspace: Optional[str], as_json: bool) -> None:
     """scancel the attempt's job and record the request."""
     from dd_slurm.control.status import cancel as do_cancel
-    from dd_slurm.store.run_record import is_run_dir
+    from dd_slurm.store.attempt_files import is_run_dir
     from dd_slurm.store.view import attempt_dir as checked_dir
 
     attempt_dir = attempt_path(attempt_dir, last, workspace, runs=True)

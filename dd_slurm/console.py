@@ -1,6 +1,7 @@
-"""The `dd-slurm` console script. `status [--json] DIR` of an attempt whose job has ended, as
-accounting recorded it, is printed from disk without importing click (half a fresh process's
-time): what a script polling many attempts runs most. Anything else, including every error and
+"""The `dd-slurm` console script. `status [--json] DIR` of an attempt is answered without importing
+click: from disk alone once accounting has recorded the job's end (half a fresh process's time),
+else with the one scheduler query it needs. That is what a script or a watch polling many
+attempts runs most. Anything else, including every error but a scheduler that cannot answer, and
 every other shape of arguments, is the click CLI's (dd_slurm.cli), which prints the same view.
 So is the supervisor's `run DIR --bundle-digest D --plan-digest P`, the words the rendered batch
 script passes (the bundle's entry.py calls this main): click would be a fifth of its start-up
@@ -9,6 +10,7 @@ before any server can start. Its errors are the click CLI's lines and exit codes
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -53,29 +55,49 @@ def supervise(words: tuple[str, str, str], early_signals: list[int] | None,
 
 
 def answered_from_disk(args: list[str]) -> bool:
-    """Printed `status [--json] DIR` of one settled attempt; False (nothing printed) otherwise."""
+    """Printed `status [--json] DIR` of one attempt (DIR an existing attempt dir, not a run's);
+    False (nothing printed) otherwise, or when anything but the scheduler went wrong."""
     rest = [a for a in args[1:] if a != "--json"]
     if args[:1] != ["status"] or len(args) > 3 or len(rest) != 1 or rest[0].startswith("-"):
         return False
     try:
         from dd_slurm.control.status import settled_status
-        from dd_slurm.store.run_record import is_run_dir
+        from dd_slurm.store.attempt_files import is_run_dir
         from dd_slurm.store.view import attempt_dir
 
-        view = None if is_run_dir(rest[0]) else settled_status(attempt_dir(rest[0]))
+        if is_run_dir(rest[0]):
+            return False
+        directory = attempt_dir(rest[0])
+        view = settled_status(directory) or _observed_status(directory)
     except Exception:  # whatever went wrong, the click CLI says it (in its one-line form)
-        return False
-    if view is None:
         return False
     try:
         sys.stdout.write(_rendered(view, "--json" in args) + "\n")
         sys.stdout.flush()
     except OSError as err:  # a closed pipe: one line, as the click CLI would say it
-        from dd_slurm.cli import fail
-        from dd_slurm.errors import EXIT_INVALID
-
-        fail(err.strerror or str(err), EXIT_INVALID)
+        _fail(err.strerror or str(err), "EXIT_INVALID")
+    if view.get("scheduler_error"):
+        _fail(f"scheduler unavailable: {view['scheduler_error']}", "EXIT_SCHEDULER")
     return True
+
+
+def _observed_status(directory: Path) -> dict:
+    """The status view with a fresh scheduler observation, as the click command builds it."""
+    import os
+
+    from dd_slurm.clock import Clock
+    from dd_slurm.control.status import status
+    from dd_slurm.scheduler.commands import SlurmCommands
+
+    clock = Clock()
+    return status(directory, SlurmCommands.from_environ(clock, os.environ, timeout_s=30.0), clock)
+
+
+def _fail(message: str, code_name: str) -> NoReturn:
+    from dd_slurm import errors
+    from dd_slurm.cli_output import fail
+
+    fail(message, getattr(errors, code_name))
 
 
 def _rendered(view: dict, as_json: bool) -> str:

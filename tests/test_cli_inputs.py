@@ -224,7 +224,7 @@ def test_any_json_fields_in_the_record(template, tmp_path_factory, fields: dict)
 def test_any_query_ids(ids: list[str]) -> None:
     """`query` with any text: a malformed id is exit 2 naming it; well-formed ones reach the
     (missing) tools, exit 3; one line either way."""
-    from dd_slurm.store.attempt_record import JOB_ID
+    from dd_slurm.store.record_fields import JOB_ID
 
     code, _out, err = cli("query", *ids)
     valid = all(JOB_ID.match(i) for i in ids if not i.startswith("-"))

@@ -1,6 +1,7 @@
-"""The console script's click-free answer for `status [--json] DIR` of a settled attempt: the
-same bytes as the click CLI prints, no click import and no scheduler call; every other shape of
-arguments or state goes to the click CLI, with nothing printed first."""
+"""The console script's click-free answer for `status [--json] DIR` of an attempt: the same bytes
+and exit code as the click CLI, no click import; no scheduler call once the attempt is settled,
+one while its job lives. Every other shape of arguments goes to the click CLI, with nothing
+printed first."""
 
 from __future__ import annotations
 
@@ -61,23 +62,70 @@ def test_a_settled_status_never_imports_click(tmp_path, fake_slurm, fake_command
     assert ("succeeded", "[]") == (json.loads(view)["effective"]["outcome"], imported), out.stderr
 
 
-def not_settled(tmp_path, fake_slurm, fake_commands, clock) -> list[list[str]]:
-    """Argument lists the click CLI must answer: a live job, a run dir, no such dir, options."""
-    live = staged(tmp_path / "live", "2000")
+def live_attempt(tmp_path, fake_slurm):
+    """An attempt whose job squeue shows running, submitted to the fake cluster (its record
+    names the fake tools' directory, as submit records the cluster it used)."""
+    attempt = staged(tmp_path, "2000", cluster={"name": None, "bin_dir": str(fake_slurm.bin_dir)})
+    journal_to(attempt, "verified", "preflight", "deploying")
     fake_job(fake_slurm, "2000", state="RUNNING")
+    return attempt
+
+
+def answer(run, args, capsys) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `run(args)`; 0 when it returned."""
+    try:
+        run(args)
+        code = 0
+    except SystemExit as done:
+        code = done.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("fault", [False, True], ids=["running", "squeue-fails"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_live_status_is_the_click_clis_answer(tmp_path, fake_slurm, capsys, as_json, fault) -> None:
+    """A live attempt, text and JSON, squeue answering or failing: the click-free answer prints
+    what `dd_slurm.cli` prints and exits with its code (3 and one error line when the scheduler
+    cannot answer), each after the same number of scheduler calls."""
+    attempt = live_attempt(tmp_path, fake_slurm)
+    if fault:
+        fake_slurm.add_fault("squeue", exit=1, stderr="squeue: error: Unable to contact slurm controller\n", times=12)
+    args = ["status", *(["--json"] if as_json else []), str(attempt)]
+    before = len(fake_slurm.calls())
+    by_click = answer(cli_main, args, capsys)
+    by_click_calls = len(fake_slurm.calls()) - before
+    console_answered = answer(lambda a: console.answered_from_disk(a) or sys.exit("not answered"), args, capsys)
+    assert (by_click, by_click_calls) == (console_answered, len(fake_slurm.calls()) - before - by_click_calls)
+    assert (3 if fault else 0) == by_click[0]
+
+
+def test_a_live_status_never_imports_click(tmp_path, fake_slurm) -> None:
+    """A fresh interpreter answering `status --json DIR` of a live attempt has not imported click
+    (nor attrs or cattrs) when it is done, and printed the view with the scheduler's observation."""
+    attempt = live_attempt(tmp_path, fake_slurm)
+    code = ("import sys; from dd_slurm.console import main; main(['status', '--json', sys.argv[1]]); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('click', 'attr', 'attrs', 'cattrs')))")
+    out = subprocess.run([sys.executable, "-c", code, str(attempt)], capture_output=True, text=True, timeout=60)
+    view, imported = out.stdout.rsplit("\n", 2)[0], out.stdout.rsplit("\n", 2)[1]
+    assert ("running", "[]") == (json.loads(view)["scheduler"]["state"], imported), out.stderr
+
+
+def not_settled(tmp_path, fake_slurm, fake_commands, clock) -> list[list[str]]:
+    """Argument lists the click CLI must answer: a run dir, no such dir, options."""
     done = settled_attempt(tmp_path / "done", fake_slurm, fake_commands, clock, *SETTLED[0])
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text("{}")
-    return [["status", str(live)], ["status", str(run)], ["status", str(tmp_path / "nothing")],
+    return [["status", str(run)], ["status", str(tmp_path / "nothing")],
             ["status", "--watch", str(done)], ["status", str(done), "--interval", "1"], ["status", "--help"],
             ["status", "--json", "--json", str(done), "x"], ["inspect", str(done)], ["status"], [],
             ["status", "-", str(done)]]
 
 
 def test_anything_else_is_left_to_the_click_cli(tmp_path, fake_slurm, fake_commands, clock, capsys) -> None:
-    """Every argument list that is not `status [--json] DIR` of a settled attempt gets False and
-    nothing printed, so the click CLI answers it (its errors, its help, its scheduler calls)."""
+    """Every argument list that is not `status [--json] DIR` of an attempt gets False and nothing
+    printed, so the click CLI answers it (its errors, its help, a run's scheduler calls)."""
     cases = not_settled(tmp_path, fake_slurm, fake_commands, clock)
     answers = [(case, console.answered_from_disk(case), capsys.readouterr()) for case in cases]
     assert [(case, False, "", "") for case in cases] == [(c, a, out.out, out.err) for c, a, out in answers]

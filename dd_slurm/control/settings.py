@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
-
-import attrs
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from dd_slurm.errors import InvalidInput
 
@@ -21,11 +20,12 @@ JOB_DEFAULTS = ("partition", "account", "qos")
 KEYS = ("workspace",) + JOB_DEFAULTS
 
 
-@attrs.frozen
-class Settings:
+class Settings(NamedTuple):
+    """A frozen value, no attrs class: every command (a fresh `status` too) loads the settings."""
+
     path: Optional[Path] = None
     workspace: Optional[str] = None
-    job: Mapping[str, str] = attrs.field(factory=dict)
+    job: Mapping[str, str] = MappingProxyType({})
 
 
 def config_path(environ: Mapping[str, str]) -> Optional[Path]:
@@ -44,7 +44,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
     except ModuleNotFoundError:  # Python 3.10
         raise InvalidInput(f"{path}: reading it needs Python 3.11 or later (tomllib)") from None
 
-    from dd_slurm.plan.strict import did_you_mean
+    from dd_slurm.plan.fields import did_you_mean
 
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -71,6 +71,8 @@ def workspace_of(option: Optional[str], environ: Mapping[str, str], settings: Se
 def with_job_defaults(plan: Plan, settings: Settings) -> Plan:
     """The plan with the settings' partition/account/qos where its own are unset, each value
     checked as the plan field is (an error names the settings file and key)."""
+    import attrs
+
     from dd_slurm.plan.fields import FieldError
 
     missing: dict[str, Any] = {k: v for k, v in settings.job.items() if getattr(plan.job, k) is None}

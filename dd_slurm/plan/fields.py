@@ -33,6 +33,13 @@ class FieldError(ValueError):
         self.subpath = subpath
 
 
+def did_you_mean(word: str, choices: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def control_char(text: str) -> str | None:
     """The first control character in `text` as `U+XXXX`, or None."""
     found = CONTROL.search(text)

@@ -14,27 +14,13 @@ import attrs
 import cattrs
 from cattrs.errors import AttributeValidationNote, ForbiddenExtraKeysError, IterableValidationNote
 
-from dd_slurm.plan.fields import FieldError, check_text
-from dd_slurm.plan.strict_json import number_problem
+from dd_slurm.plan.fields import FieldError, did_you_mean
+from dd_slurm.plan.strict_json import exact_scalar
 
 CONVERTER = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
 
-_JSON_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
-
-
 def _scalar(kind: type) -> Any:
-    def structure(value: Any, _type: Any) -> Any:
-        bad = number_problem(value)
-        if bad and kind in (int, float):
-            raise FieldError(bad)
-        ok = type(value) is kind or (kind is float and type(value) is int)
-        if not ok:
-            raise FieldError(f"must be {_JSON_NAMES[kind]}")
-        if kind is str:
-            check_text(value)
-        return float(value) if kind is float else value
-
-    return structure
+    return lambda value, _type: exact_scalar(value, kind)
 
 
 for _kind in (int, float, str, bool):
@@ -132,11 +118,6 @@ def misspelt(data: Any, path: str) -> Optional[tuple[str, str]]:
     if not close:
         return None
     return f"{path[: len(path) - len(wanted) - 1]}.{close[0]}", f"unknown key (did you mean {wanted}?)"
-
-
-def did_you_mean(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.75)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def first_error(err: BaseException, path: str) -> tuple[str, str]:

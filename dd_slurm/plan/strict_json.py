@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from dd_slurm.plan.fields import FieldError, check_text
+
 MAX_NUMBER_CHARS = 40
 MAX_DEPTH = 64
 
@@ -76,3 +78,19 @@ def number_problem(value: Any) -> str | None:
     if isinstance(value, BadNumber):
         return f"{value.text} is not a finite number in range"
     return None
+
+
+JSON_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def exact_scalar(value: object, kind: type) -> object:
+    """`value` as a `kind` read from strict JSON: exactly that type (an integer is a number too,
+    returned as a float), a finite number in range, text without control characters."""
+    bad = number_problem(value)
+    if bad and kind in (int, float):
+        raise FieldError(bad)
+    if not (type(value) is kind or (kind is float and type(value) is int)):
+        raise FieldError(f"must be {JSON_NAMES[kind]}")
+    if kind is str:
+        check_text(value)  # type: ignore[arg-type]
+    return float(value) if kind is float else value  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from dd_slurm.clock import Clock
 from dd_slurm.errors import InvalidInput, SchedulerError
-from dd_slurm.store.attempt_record import JOB_ID
+from dd_slurm.store.record_fields import JOB_ID
 
 if TYPE_CHECKING:
     from dd_slurm.scheduler.commands import QueryResult, SlurmCommands

@@ -101,3 +101,7 @@ def probe_request(attempt_dir: str | Path) -> Path:
 
 def stage_request(attempt_dir: str | Path) -> Path:
     return Path(attempt_dir, STEPS_DIR, "stage-request.json")
+
+
+def is_run_dir(path: str | Path) -> bool:
+    return (Path(path) / RUN_RECORD).is_file()

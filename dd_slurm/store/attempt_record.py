@@ -5,7 +5,9 @@ One writer: every change is a locked read-modify-write ending in an atomic repla
 kept in time order whatever order their writers finish in, and `last_seen` never moves backwards.
 Every value read back is validated before use: a record that does not have the shape written here
 is an AttemptDirError naming the field, never a value passed on (a `job_id` of `--all` never
-reaches scancel).
+reaches scancel). The record is checked as plain data (store/shapes), without attrs or cattrs: a
+fresh `status` reads and writes it on every call; tests/store/attempt_reference.py declares it as
+attrs classes, and a test holds the two to the same values and the same errors.
 """
 
 from __future__ import annotations
@@ -13,122 +15,59 @@ from __future__ import annotations
 import bisect
 import fcntl
 import json
-import math
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
-import attrs
-
 from dd_slurm.errors import AttemptDirError
-from dd_slurm.plan.fields import FieldError, check_text
+from dd_slurm.plan.fields import FieldError
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
-from dd_slurm.store.converter import CONVERTER, free_text, register_record, structure_record
-from dd_slurm.store.run_record import CancelRequest, Cluster, Submission
+from dd_slurm.store.record_fields import (
+    BOOL,
+    CANCEL_REQUEST,
+    CLUSTER,
+    INT,
+    SUBMISSION,
+    TEXT,
+    job_id,
+    optional_text,
+    positive,
+    state_word,
+    wall_time,
+)
+from dd_slurm.store.shapes import REQUIRED, Invalid, checked, hooked, items, optional, record
+
+__all__ = ("add_observation", "checked_record", "new_record", "read_record", "settled", "update_record")
 
 MAX_OBSERVATIONS = 50
-JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,7})?\Z", re.ASCII)
+_TIME, _JOB_ID, _TEXT_OR_NULL = hooked(wall_time), hooked(job_id), hooked(optional_text)
+
+# One scheduler observation as `status` persists it (scheduler/observe.Observation), timed.
+OBSERVED = record([("time", _TIME, REQUIRED), ("state", hooked(state_word), REQUIRED), ("terminal", BOOL, REQUIRED),
+                   ("job_id", optional(TEXT), None), ("exit_code", optional(INT), None), ("signal", optional(INT), None),
+                   ("raw_state", _TEXT_OR_NULL, None), ("source", TEXT, "none"), ("reason", _TEXT_OR_NULL, None)])
 
 
-@attrs.frozen(kw_only=True)
-class Observed:
-    """One scheduler observation as `status` persists it (scheduler/observe.Observation), timed."""
-
-    time: float
-    state: str
-    terminal: bool
-    job_id: Optional[str] = None
-    exit_code: Optional[int] = None
-    signal: Optional[int] = None
-    raw_state: Optional[str] = None
-    source: str = "none"
-    reason: Optional[str] = None
+def _shard_in_run(shard: dict[str, Any]) -> None:
+    if not 0 <= shard["index"] < shard["count"]:
+        raise FieldError(f"index {shard['index']} is not below its count {shard['count']}")
 
 
-@attrs.frozen(kw_only=True)
-class ShardOf:
-    """A shard's place in its run: the run's id, its task index and the number of shards."""
+# A shard's place in its run: the run's id, its task index and the number of shards.
+SHARD_OF = record([("run_id", TEXT, REQUIRED), ("index", INT, REQUIRED), ("count", INT, REQUIRED)], whole=_shard_in_run)
 
-    run_id: str
-    index: int
-    count: int
-
-
-@attrs.frozen(kw_only=True)
-class AttemptRecord:
-    """attempt.json: written at staging, then by submit, status, list and cancel. Every field is
-    optional, so a record from an earlier step (or a hand-made fixture) still reads."""
-
-    job_id: Optional[str] = None
-    submitted_at: Optional[float] = None
-    last_seen: Optional[float] = None
-    observations: tuple[Observed, ...] = ()
-    cancel_requests: tuple[CancelRequest, ...] = ()
-    attempt_id: Optional[str] = None
-    plan_digest: Optional[str] = None
-    bundle_digest: Optional[str] = None
-    bundle_dir: Optional[str] = None
-    job_name: Optional[str] = None
-    staged_at: Optional[float] = None
-    reconcile_deadline_s: Optional[float] = None
-    shard: Optional[ShardOf] = None
-    array_job_id: Optional[str] = None
-    submit_started_at: Optional[float] = None
-    submit_error: Optional[str] = None
-    submission: Optional[Submission] = None
-    cluster: Optional[Cluster] = None
-
-
-def _job_id(value: Any, _type: Any) -> Optional[str]:
-    if value is not None and type(value) is not str:
-        raise FieldError("must be a string")
-    if value is not None and not JOB_ID.match(value):
-        raise FieldError(f"{value[:40]!r} is not a Slurm job id")
-    return value
-
-
-def _time(value: Any, _type: Any = None) -> Optional[float]:
-    """A wall-clock time or a duration: a finite number (JSON's NaN and Infinity are not)."""
-    if value is None:
-        return None
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise FieldError("must be a finite number")
-    return float(value)
-
-
-def _state(value: Any, _type: Any) -> str:
-    """A job state word (a scheduler JobState member, a str, or its value read back), as plain
-    text; the vocabulary is not checked here: a settled `status` does not import the scheduler."""
-    if not isinstance(value, str):
-        raise FieldError("must be a string")
-    check_text(value)
-    return str(value)
-
-
-def _positive(value: Any, _type: Any) -> Optional[float]:
-    number = _time(value)
-    if number is not None and number <= 0:
-        raise FieldError("must be positive")
-    return number
-
-
-def _optional_text(value: Any, _type: Any) -> Optional[str]:
-    return None if value is None else free_text(value)
-
-
-register_record(Observed, time=_time, state=_state, raw_state=_optional_text, reason=_optional_text)
-def _shard_in_run(shard: ShardOf) -> None:
-    if not 0 <= shard.index < shard.count:
-        raise FieldError(f"index {shard.index} is not below its count {shard.count}")
-
-
-register_record(ShardOf, whole=_shard_in_run)
-register_record(AttemptRecord, job_id=_job_id, array_job_id=_job_id, reconcile_deadline_s=_positive,
-                submit_error=_optional_text, submitted_at=_time, last_seen=_time, staged_at=_time,
-                submit_started_at=_time)
+# attempt.json: written at staging, then by submit, status, list and cancel. Every field is
+# optional, so a record from an earlier step (or a hand-made fixture) still reads.
+ATTEMPT_RECORD = record([
+    ("job_id", _JOB_ID, None), ("submitted_at", _TIME, None), ("last_seen", _TIME, None),
+    ("observations", items(OBSERVED), []), ("cancel_requests", items(CANCEL_REQUEST), []),
+    ("attempt_id", optional(TEXT), None), ("plan_digest", optional(TEXT), None), ("bundle_digest", optional(TEXT), None),
+    ("bundle_dir", optional(TEXT), None), ("job_name", optional(TEXT), None), ("staged_at", _TIME, None),
+    ("reconcile_deadline_s", hooked(positive), None), ("shard", optional(SHARD_OF), None),
+    ("array_job_id", _JOB_ID, None), ("submit_started_at", _TIME, None), ("submit_error", _TEXT_OR_NULL, None),
+    ("submission", optional(SUBMISSION), None), ("cluster", optional(CLUSTER), None)])
 
 
 def read_record(attempt_dir: str | Path, runs: Optional[dict[str, dict]] = None) -> dict[str, Any]:
@@ -151,9 +90,12 @@ def read_record(attempt_dir: str | Path, runs: Optional[dict[str, dict]] = None)
 
 
 def checked_record(data: Any, path: Path | str = files.RECORD) -> dict[str, Any]:
-    """`data` as the one converter structures an AttemptRecord, in its JSON form; an
-    AttemptDirError naming the file and the first wrong field otherwise."""
-    return CONVERTER.unstructure(structure_record(data, AttemptRecord, str(path), "an attempt record"))
+    """`data` in its JSON form, every field checked (ATTEMPT_RECORD); an AttemptDirError naming
+    the file and the first wrong field otherwise."""
+    try:
+        return checked(data, ATTEMPT_RECORD)
+    except Invalid as err:
+        raise AttemptDirError(f"{path}: not an attempt record ({err})") from None
 
 
 def _short(err: BaseException) -> str:

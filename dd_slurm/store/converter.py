@@ -12,6 +12,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.plan.fields import FieldError
 from dd_slurm.plan.strict import CONVERTER, _Nested, first_error
+from dd_slurm.store.shapes import choice, free_text, json_object
 
 __all__ = ("CONVERTER", "RecordInvalid", "choice", "first_error", "free_text", "json_object", "mapping_of",
            "read_record_file", "register_omitting", "register_record", "structure_checked", "structure_record")
@@ -104,27 +105,3 @@ def mapping_of(item: Any) -> Callable[[Any, Any], dict[str, Any]]:
         return out
 
     return structure
-
-
-def choice(*allowed: Any) -> Callable[[Any, Any], Any]:
-    """A struct hook accepting exactly one of `allowed` (a schema number, a state word)."""
-    def structure(value: Any, _type: Any) -> Any:
-        if type(value) not in {type(a) for a in allowed} or value not in allowed:
-            raise FieldError(f"must be {' or '.join(repr(a) for a in allowed)}")
-        return value
-
-    return structure
-
-
-def free_text(value: Any, _type: Any = str) -> str:
-    """Any string: text that quotes what processes and Slurm said (control characters too)."""
-    if type(value) is not str:
-        raise FieldError("must be a string")
-    return value
-
-
-def json_object(value: Any, _type: Any = None) -> dict[str, Any]:
-    """Any JSON object, kept as it is (evidence such as a probe's answer)."""
-    if not isinstance(value, dict):
-        raise FieldError("must be an object")
-    return dict(value)

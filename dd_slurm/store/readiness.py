@@ -35,19 +35,10 @@ from dd_slurm.store.converter import (
     register_record,
     structure_record,
 )
+from dd_slurm.store.readiness_shape import ENDPOINT_MOVES, FINAL, MOVES, SCHEMA
 
-SCHEMA = 2
-MOVES = {
-    "pending": {"starting", "failed", "stopped"},
-    "starting": {"ready", "failed", "stopped", "lost"},
-    "ready": {"failed", "stopped", "lost"},
-    "lost": {"starting"},
-    "failed": set(),
-    "stopped": set(),
-}
-ENDPOINT_MOVES = {"unpublished": {"published", "withdrawn"}, "published": {"withdrawn"}, "withdrawn": set()}
-FINAL = {"failed", "stopped", "lost"}
-
+__all__ = ("ENDPOINT_MOVES", "FINAL", "MOVES", "SCHEMA", "Readiness", "ReadinessError", "ReadinessRecord",
+           "ReplicaReadiness", "is_terminal", "probe_summary", "read_record", "readiness_json", "validate_record")
 
 @attrs.frozen(kw_only=True)
 class ReplicaReadiness:

@@ -17,10 +17,10 @@ from typing import Any, Optional
 import attrs
 
 from dd_slurm.errors import AttemptDirError
-from dd_slurm.plan.fields import IDENTIFIER, FieldError, check_text
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.atomic import dump_json, write_atomic
 from dd_slurm.store.converter import CONVERTER, free_text, read_record_file, register_omitting, register_record, structure_record
+from dd_slurm.store.record_fields import absolute_path, cluster_name, optional_text
 
 RUNS_DIR = "runs"
 _JOB_ID = re.compile(r"\d+\Z")
@@ -73,31 +73,11 @@ class RunRecord:
     cluster: Optional[Cluster] = None
 
 
-def _optional_text(value: Any, _type: Any) -> Optional[str]:
-    return None if value is None else free_text(value)
-
-
 register_record(CancelRequest)
 register_omitting(CancelRequest, "via")  # no null `via`
 register_record(Submission, note=free_text)
-def _cluster_name(value: Any, _type: Any) -> Optional[str]:
-    if value is not None and (type(value) is not str or not IDENTIFIER.match(value)):
-        raise FieldError("must be a Slurm cluster name")
-    return value
-
-
-def _absolute_path(value: Any, _type: Any) -> Optional[str]:
-    """A path read back and then used to run the Slurm tools: absolute, with no control characters."""
-    if value is None:
-        return None
-    if type(value) is not str or not value.startswith("/"):
-        raise FieldError("must be an absolute path")
-    check_text(value)
-    return value
-
-
-register_record(Cluster, name=_cluster_name, bin_dir=_absolute_path, slurm_conf=_absolute_path)
-register_record(RunRecord, submit_error=_optional_text)
+register_record(Cluster, name=cluster_name, bin_dir=absolute_path, slurm_conf=absolute_path)
+register_record(RunRecord, submit_error=optional_text)
 
 
 def run_json(record: RunRecord) -> dict[str, Any]:
@@ -117,10 +97,6 @@ def shard_width(count: int) -> int:
 def shard_id(run_id: str, index: int, count: int) -> str:
     """`<run id>-s0003`: zero-padded so shards sort in task order."""
     return f"{run_id}-s{index:0{shard_width(count)}d}"
-
-
-def is_run_dir(path: str | Path) -> bool:
-    return (Path(path) / files.RUN_RECORD).is_file()
 
 
 def load_run(run_dir: Path) -> RunRecord:

@@ -9,8 +9,9 @@ from typing import Any, Optional
 
 from dd_slurm.errors import AttemptDirError
 from dd_slurm.store import attempt_files as files
+from dd_slurm.store.attempt_files import is_run_dir
 from dd_slurm.store.attempt_record import read_record
-from dd_slurm.store.run_record import is_run_dir, read_run
+from dd_slurm.store.run_record import read_run
 
 
 def shard_dirs(run_dir: Path) -> list[Path]:

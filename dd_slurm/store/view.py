@@ -68,11 +68,10 @@ def read_gateway_stats_json(path: Path) -> Optional[dict[str, Any]]:
 
 
 def read_readiness(path: Path) -> Optional[dict[str, Any]]:
-    """readiness.json read back as its typed record (validated: see store/readiness), in its JSON form."""
-    from dd_slurm.store.readiness import read_record, readiness_json
+    """readiness.json validated (store/readiness_shape: the same checks as its record's converter), in its JSON form."""
+    from dd_slurm.store.readiness_shape import read_readiness as read_checked
 
-    record = read_record(path)
-    return readiness_json(record) if record is not None else None
+    return read_checked(path)
 
 
 def checked_journal(path: Path) -> list[dict[str, Any]]:
