@@ -40,10 +40,9 @@ def records_in(lines: bytes) -> int:
     return max(count, 0)
 
 
-def client_started(attempt_dir: Path) -> Optional[float]:
-    from dd_slurm.store.view import checked_journal
-
-    moves = [e for e in checked_journal(attempt_dir / files.JOURNAL) if e.get("kind") == "transition"]
+def client_started(entries: list[dict[str, Any]]) -> Optional[float]:
+    """When the journal's `entries` last moved to `client`."""
+    moves = [e for e in entries if e.get("kind") == "transition"]
     started = [e.get("ts") for e in moves if e.get("to") == "client"]
     return started[-1] if started and isinstance(started[-1], (int, float)) else None
 
@@ -75,19 +74,22 @@ def result_settings(attempt_dir: Path) -> tuple[str, str, Optional[int]]:
     return path, kind, target or None
 
 
-def progress(attempt_dir: Path, now: float) -> dict[str, Any]:
+def progress(attempt_dir: Path, now: float, entries: Optional[list[dict[str, Any]]] = None,
+             record: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """requests, ok, rejected_429, errors, req_per_s (the last minute), replicas_serving, records
     (complete JSON lines so far), records_target (min_records when > 0), eta_s (from the records'
     rate since the client started), tokens_out and tokens_per_s (the last minute) from the
-    replicas' own counters (null where no replica exposes them)."""
+    replicas' own counters (null where no replica exposes them). `entries` (the checked journal)
+    and `record` (attempt.json): what the caller has read already."""
     from dd_slurm.plan.fields import expand
     from dd_slurm.store.attempt_record import read_record
+    from dd_slurm.store.view import checked_journal
 
     path, kind, target = result_settings(attempt_dir)
-    shard = read_record(attempt_dir).get("shard") or {}
+    shard = (record if record is not None else read_record(attempt_dir)).get("shard") or {}
     name = expand(path, {"shard_index": str(shard.get("index", 0)), "num_shards": str(shard.get("count", 1))})
     records = complete_lines(attempt_dir / files.RESULTS_DIR / name) if kind == "jsonl" else None
-    started = client_started(attempt_dir)
+    started = client_started(entries if entries is not None else checked_journal(attempt_dir / files.JOURNAL))
     eta = None
     if records and target and records < target and started is not None and now > started:
         eta = round((target - records) / (records / (now - started)), 1)

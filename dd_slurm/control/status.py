@@ -11,7 +11,7 @@ from dd_slurm.clock import Clock
 from dd_slurm.errors import AttemptDirError, SchedulerError
 from dd_slurm.store import attempt_files as files
 from dd_slurm.store.attempt_record import add_observation, read_record, settled, update_record
-from dd_slurm.store.view import attempt_summary, read_readiness
+from dd_slurm.store.view import attempt_summary, checked_journal, read_readiness
 
 if TYPE_CHECKING:  # imported when needed: a finished attempt's status calls no tool, parses nothing
     from dd_slurm.scheduler.commands import SlurmCommands
@@ -38,7 +38,8 @@ def settled_status(attempt_dir: Path) -> Optional[dict[str, Any]]:
 
 def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]],
                  now: Optional[Callable[[], float]] = None) -> dict[str, Any]:
-    summary = attempt_summary(attempt_dir)
+    entries = checked_journal(attempt_dir / files.JOURNAL)  # read once: the summary, staging and progress use it
+    summary = attempt_summary(attempt_dir, entries)
     record = read_record(attempt_dir)
     readiness = read_readiness(attempt_dir / files.READINESS)
     view: dict[str, Any] = {"attempt": summary, "scheduler": None, "readiness": readiness}
@@ -47,23 +48,24 @@ def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]],
     except SchedulerError as err:
         view["scheduler_error"] = str(err)
     if view["scheduler"] and view["scheduler"]["terminal"] and summary["state"] != "done":
-        view["attempt"] = summary = attempt_summary(attempt_dir)  # the job may have ended between reading and asking
+        entries = checked_journal(attempt_dir / files.JOURNAL)  # the job may have ended between reading and asking
+        view["attempt"] = summary = attempt_summary(attempt_dir, entries)
     view["effective"] = effective(summary, view["scheduler"])
     if summary["state"] == "done":
         view["result"] = result_summary(attempt_dir)
     elif summary["state"] == "preflight" and view["effective"] is None:
-        view["staging"] = staging_view(attempt_dir)
+        view["staging"] = staging_view(attempt_dir, entries)
     elif summary["state"] == "client" and now is not None and view["effective"] is None:  # the client runs
         from dd_slurm.control.progress import progress
 
-        view["progress"] = progress(attempt_dir, now())
+        view["progress"] = progress(attempt_dir, now(), entries, record)
     return view
 
 
-def staging_view(attempt_dir: Path) -> Optional[dict[str, Any]]:
+def staging_view(attempt_dir: Path, entries: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """The nodes copying weights while the preflight runs (the staging step's request), and those
-    that have reported; null when nothing is staged."""
-    from dd_slurm.store.view import checked_journal, read_json
+    that have reported (in the journal's `entries`); null when nothing is staged."""
+    from dd_slurm.store.view import read_json
 
     try:
         request = read_json(files.stage_request(attempt_dir))
@@ -72,7 +74,7 @@ def staging_view(attempt_dir: Path) -> Optional[dict[str, Any]]:
     nodes = request.get("nodes") if isinstance(request, dict) else None
     if not isinstance(nodes, dict) or not all(isinstance(n, str) for n in nodes):
         return None
-    done = {e.get("node") for e in checked_journal(attempt_dir / files.JOURNAL) if e.get("trigger") == "weights_staged"}
+    done = {e.get("node") for e in entries if e.get("trigger") == "weights_staged"}
     return {"nodes": sorted(nodes), "staged": sorted(n for n in nodes if n in done)}
 
 

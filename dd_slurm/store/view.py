@@ -94,8 +94,10 @@ def checked_journal(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def attempt_summary(directory: Path) -> dict[str, Any]:
-    entries = checked_journal(directory / files.JOURNAL)
+def attempt_summary(directory: Path, entries: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    """id, dir, state, outcome and reason from the journal (`entries`: already read and checked)."""
+    if entries is None:
+        entries = checked_journal(directory / files.JOURNAL)
     state = current_state(entries, table.INITIAL)
     end = final_entry(entries) if state == table.TERMINAL else None
     return {
