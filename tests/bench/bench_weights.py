@@ -19,19 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.bench.sizes import Sizes
+from tests.weights_trees import model_tree
 
 RUNS = 3
-
-
-def model_tree(top: Path, megabytes: int) -> Path:
-    (top / "tokenizer").mkdir(parents=True)
-    (top / "config.json").write_text("{}")
-    (top / "tokenizer" / "tokenizer.json").write_bytes(os.urandom(1 << 16))
-    for i in range(4):
-        with open(top / f"model-{i}.safetensors", "wb") as handle:
-            for _ in range(max(1, megabytes // 4)):
-                handle.write(os.urandom(1 << 20))
-    return top
 
 
 def staging_throughput(row: Callable[..., dict], sizes: Sizes) -> list[dict]:

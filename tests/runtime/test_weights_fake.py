@@ -4,41 +4,10 @@ finds first."""
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import pytest
 
-from tests.runtime.harness import evidence, failure_path, journal, plan_data, run, servers_started
-
-
-def weights_plan(source: Path, local_dir: str) -> dict:
-    """replicas.json (3 replicas on 2 nodes of 2 GPU slots: two on the first, one on the second)
-    with its weights staged to `local_dir`; each server reads them whole while it loads."""
-    data = plan_data("replicas")
-    dep = data["deployments"][0]
-    dep["weights"] = {"path": str(source), "stage": "node_local", "local_dir": local_dir}
-    dep["argv"] += ["--weights", "{weights}"]
-    return data
-
-
-def model_tree(top: Path) -> Path:
-    for rel, size in {"config.json": 10, "model.safetensors": 3 << 20, "tok/tokenizer.json": 1000}.items():
-        (top / rel).parent.mkdir(parents=True, exist_ok=True)
-        (top / rel).write_bytes(os.urandom(size))
-    return top
-
-
-def staged_events(attempt_dir: Path) -> list[dict]:
-    lines = [json.loads(line) for line in (attempt_dir / "journal.jsonl").read_text().splitlines()]
-    return [e for e in lines if e.get("trigger") == "weights_staged"]
-
-
-def weights_lines(attempt_dir: Path) -> list[str]:
-    """What each server said it loaded (the fake server's `weights PATH: ...` log line)."""
-    return sorted(line.split("]: weights ", 1)[1].rsplit(": ", 1)[0] for log in (attempt_dir / "logs").glob("deploy-*.log")
-                  for line in log.read_text().splitlines() if "]: weights " in line)
+from tests.runtime.harness import evidence, failure_path, journal, run, servers_started
+from tests.weights_trees import loaded_paths, model_tree, staged_events, weights_plan
 
 
 @pytest.mark.timeout(120)
@@ -52,7 +21,7 @@ def test_three_replicas_on_two_nodes_read_one_copy_per_node_and_the_next_attempt
     events = staged_events(staged.attempt_dir)
     copies = {e["node"]: e["copy"] for e in events}
     assert ([False, False], 2) == ([e["reused"] for e in events], len(copies))
-    assert sorted([copies["127.0.2.1"]] * 2 + [copies["127.0.2.2"]]) == weights_lines(staged.attempt_dir)
+    assert sorted([copies["127.0.2.1"]] * 2 + [copies["127.0.2.2"]]) == loaded_paths(staged.attempt_dir)
     again, staged_again = run(tmp_path / "b", fake_slurm, data)
     assert ("succeeded", [True, True]) == (again.outcome, [e["reused"] for e in staged_events(staged_again.attempt_dir)])
 

@@ -7,8 +7,6 @@ The tree is DD_SLURM_WEIGHTS_TEST_MB megabytes (64 by default; the issue's check
 from __future__ import annotations
 
 import fcntl
-import filecmp
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -16,54 +14,14 @@ from pathlib import Path
 import pytest
 
 from dd_slurm.runtime.node.weights import MANIFEST_SUFFIX, copy_path
-from tests.runtime.harness import evidence, outcome, plan_data, servers_started
+from tests.runtime.harness import evidence, outcome, servers_started
 from tests.slurm.clusters import table
 from tests.slurm.conftest import wait_until
 from tests.slurm.real_attempt import EXE, submit, wait_job_gone, wait_state
+from tests.weights_trees import loaded_paths, model_tree, same_tree, staged_events, weights_plan
 
 LAB = Path(os.environ.get("DD_SLURM_LAB_DIR", "/var/lib/dd-slurm-lab"))
 MEGABYTES = int(os.environ.get("DD_SLURM_WEIGHTS_TEST_MB", "64"))
-
-
-def model_tree(top: Path, megabytes: int = MEGABYTES) -> Path:
-    """A model-like tree: a config, a tokenizer and four weight shards sharing `megabytes`."""
-    (top / "tokenizer").mkdir(parents=True)
-    (top / "config.json").write_text('{"architectures": ["Fake"]}')
-    (top / "tokenizer" / "tokenizer.json").write_bytes(os.urandom(4096))
-    for i in range(4):
-        with open(top / f"model-0000{i}-of-00004.safetensors", "wb") as handle:
-            for _ in range(megabytes // 4):
-                handle.write(os.urandom(1 << 20))
-    return top
-
-
-def weights_plan(source: Path, local_dir: str) -> dict:
-    """replicas.json: 3 replicas on 2 nodes (two on the first, one on the second), each server
-    reading `{weights}` whole while it loads."""
-    data = plan_data("replicas")
-    dep = data["deployments"][0]
-    dep["weights"] = {"path": str(source), "stage": "node_local", "local_dir": local_dir}
-    dep["argv"] += ["--weights", "{weights}"]
-    dep["ready_timeout_s"] = 300
-    return data
-
-
-def staged_events(attempt_dir: Path) -> list[dict]:
-    entries = [json.loads(line) for line in (attempt_dir / "journal.jsonl").read_text().splitlines()]
-    return sorted((e for e in entries if e.get("trigger") == "weights_staged"), key=lambda e: e["node"])
-
-
-def loaded_paths(attempt_dir: Path) -> list[str]:
-    """The path each server read its weights from (the fake server's `weights PATH: ...` line)."""
-    return sorted(line.split("]: weights ", 1)[1].rsplit(": ", 1)[0] for log in (attempt_dir / "logs").glob("deploy-*.log")
-                  for line in log.read_text().splitlines() if "]: weights " in line)
-
-
-def same_tree(left: Path, right: Path) -> bool:
-    cmp = filecmp.dircmp(left, right)
-    match, mismatch, errors = filecmp.cmpfiles(left, right, cmp.common_files, shallow=False)
-    return not (cmp.left_only or cmp.right_only or mismatch or errors) and \
-        all(same_tree(left / d, right / d) for d in cmp.common_dirs)
 
 
 def submit_in(folder: Path, data: dict, name: str) -> tuple[Path, str]:
@@ -84,9 +42,9 @@ def test_three_replicas_on_two_nodes_read_one_copy_per_node_and_the_next_attempt
     finished copy per node), every server loads its node's copy, the attempt succeeds. Second
     attempt: every node it shares with the first (at least one) reuses its copy, staging in under
     1 s; a node it did not share copies."""
-    source = model_tree(tmp_path / "model")
+    source = model_tree(tmp_path / "model", MEGABYTES)
     local = tmp_path / "local"
-    data = weights_plan(source, str(local / "{node}"))
+    data = weights_plan(source, str(local / "{node}"), ready_timeout_s=300)
     first, job = submit_in(tmp_path / "a", data, "weights-first")
     assert ("succeeded", "ok") == finished(first, job), evidence(first)
     events = staged_events(first)
@@ -128,9 +86,9 @@ def test_an_interrupted_copy_is_never_used(tmp_path, cluster) -> None:
     cancelled attempt ends cancelled with no server started and the unfinished copies untouched;
     the next attempt copies the tree again on both of its nodes (not reused), byte-identical to
     the source, with no partial left."""
-    source = model_tree(tmp_path / "model")
+    source = model_tree(tmp_path / "model", MEGABYTES)
     local = tmp_path / "local"
-    data = weights_plan(source, str(local / "{node}"))
+    data = weights_plan(source, str(local / "{node}"), ready_timeout_s=300)
     left = {node: unfinished_copy(source, local, node) for node in ("n1", "n2", "n3")}
     try:
         cancelled, job = submit_in(tmp_path / "a", data, "weights-cancel")
@@ -173,7 +131,7 @@ def test_a_missing_source_or_a_full_local_disk_fails_before_any_server_starts(tm
     source = tmp_path / "no-such-model" if fault == "weights_missing" else model_tree(tmp_path / "model", 8)
     unmount = mount_tmpfs(cluster, local, "1m") if fault == "weights_space" else None
     try:
-        attempt, job = submit(tmp_path, weights_plan(source, str(local)), f"weights-{fault.split('_')[1]}")
+        attempt, job = submit(tmp_path, weights_plan(source, str(local), ready_timeout_s=300), f"weights-{fault.split('_')[1]}")
         result = finished(attempt, job)
     finally:
         if unmount:
