@@ -225,7 +225,7 @@ class Cleanup:
         if self.runner is None or not self.nodes:
             record_trees(str(self.dir))
             return
-        _answers, problem = self._on_nodes(["--record"], "scan-record", min(10.0, self.left() / 4))
+        _answers, problem = self._on_nodes(self.runner, ["--record"], "scan-record", min(10.0, self.left() / 4))
         if problem:
             record_trees(str(self.dir))  # at least this node's, without Slurm
             report.notes.append("process trees recorded on the batch node only: " + problem[:200])
@@ -234,7 +234,7 @@ class Cleanup:
         if self.runner is None or not self.nodes:
             answers, problem = self._scan_here(report, "no allocation to scan through"), None
         else:
-            answers, problem = self._on_nodes(["--kill"], "scan-kill", min(SCAN_S, self.left() - 0.5))
+            answers, problem = self._on_nodes(self.runner, ["--kill"], "scan-kill", min(SCAN_S, self.left() - 0.5))
         if problem and _JOB_ENDING.search(problem):
             answers = self._scan_here(report, "the job is ending, so Slurm's teardown stops every step on "
                                               f"{', '.join(self.nodes)}; the batch node was scanned directly")
@@ -248,7 +248,7 @@ class Cleanup:
             note_containers(report, node, answer)
         if self.runner is not None and answers and any(a["found"] for a in answers.values()):
             self.clock.sleep(0.2)  # without a runner, _scan_here has already looked again
-            after, problem = self._on_nodes([], "scan-verify", max(0.5, min(SCAN_S, self.left() - 0.5)))
+            after, problem = self._on_nodes(self.runner, [], "scan-verify", max(0.5, min(SCAN_S, self.left() - 0.5)))
             report.leftovers_after = [leftover(p, n) for n, a in sorted(after.items()) for p in a["found"]]
             if problem:
                 report.problems.append(problem)
@@ -256,12 +256,13 @@ class Cleanup:
         if missing and not report.notes:
             report.problems.append(f"nodes that did not answer the leftover scan: {', '.join(missing)}")
 
-    def _on_nodes(self, mode: list[str], name: str, timeout_s: float) -> tuple[dict[str, dict], Optional[str]]:
-        """The scan command's answers from every node: one srun step on the others, this node's
-        worked out in-process (as the node probe's is); a problem if the step had one."""
-        assert self.runner is not None
+    def _on_nodes(self, runner: StepRunner, mode: list[str], name: str,
+                  timeout_s: float) -> tuple[dict[str, dict], Optional[str]]:
+        """The scan command's answers from every node: one srun step on the others (through
+        `runner`), this node's worked out in-process (as the node probe's is); a problem if the
+        step had one."""
         others = tuple(n for n in self.nodes if n != self.here)
-        answers, problem = self.runner.on_nodes(others, ["_scan", self.attempt_id, "--dir", str(self.dir), *mode],
+        answers, problem = runner.on_nodes(others, ["_scan", self.attempt_id, "--dir", str(self.dir), *mode],
                                                 name, timeout_s) if others else ({}, None)
         if self.here in self.nodes:
             answers[self.here] = record_trees(str(self.dir), self.here) if "--record" in mode else \
