@@ -63,12 +63,14 @@ def answered_from_disk(args: list[str]) -> bool:
     try:
         from dd_slurm.control.status import settled_status
         from dd_slurm.store.attempt_files import is_run_dir
+        from dd_slurm.store.attempt_record import read_record
         from dd_slurm.store.view import attempt_dir
 
         if is_run_dir(rest[0]):
             return False
         directory = attempt_dir(rest[0])
-        view = settled_status(directory) or _observed_status(directory)
+        record = read_record(directory)  # once: whether it is settled, and the view's
+        view = settled_status(directory, record) or _observed_status(directory, record)
     except Exception:  # whatever went wrong, the click CLI says it (in its one-line form)
         return False
     try:
@@ -81,7 +83,7 @@ def answered_from_disk(args: list[str]) -> bool:
     return True
 
 
-def _observed_status(directory: Path) -> dict:
+def _observed_status(directory: Path, record: dict) -> dict:
     """The status view with a fresh scheduler observation, as the click command builds it."""
     import os
 
@@ -90,7 +92,7 @@ def _observed_status(directory: Path) -> dict:
     from dd_slurm.scheduler.commands import SlurmCommands
 
     clock = Clock()
-    return status(directory, SlurmCommands.from_environ(clock, os.environ, timeout_s=30.0), clock)
+    return status(directory, SlurmCommands.from_environ(clock, os.environ, timeout_s=30.0), clock, record)
 
 
 def _fail(message: str, code_name: str) -> NoReturn:

@@ -21,26 +21,30 @@ SCHEDULER_OUTCOME = {"cancelled": "cancelled", "timeout": "timed_out", "deadline
                      "preempted": "cancelled"}
 
 
-def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock) -> dict[str, Any]:
+def status(attempt_dir: Path, commands: SlurmCommands, clock: Clock,
+           record: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The attempt from disk, a scheduler observation (none needed once accounting's terminal
     record is persisted), readiness, and the effective outcome. A scheduler that cannot answer
-    leaves `scheduler` null and says why in `scheduler_error` (the CLI then exits 3)."""
-    return _status_view(attempt_dir, lambda record: observe_attempt(attempt_dir, record, commands, clock), clock.wall)
+    leaves `scheduler` null and says why in `scheduler_error` (the CLI then exits 3). `record`:
+    attempt.json as the caller has just read it."""
+    return _status_view(attempt_dir, lambda found: observe_attempt(attempt_dir, found, commands, clock), clock.wall,
+                        record)
 
 
-def settled_status(attempt_dir: Path) -> Optional[dict[str, Any]]:
+def settled_status(attempt_dir: Path, record: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
     """`status` of an attempt whose job accounting has already recorded as ended: the same view,
     from disk alone (no scheduler, no clock). None while the answer still needs the scheduler."""
-    if settled(read_record(attempt_dir)) is None:
+    record = read_record(attempt_dir) if record is None else record
+    if settled(record) is None:
         return None
-    return _status_view(attempt_dir, settled)
+    return _status_view(attempt_dir, settled, None, record)
 
 
 def _status_view(attempt_dir: Path, observe: Callable[[dict], Optional[dict]],
-                 now: Optional[Callable[[], float]] = None) -> dict[str, Any]:
+                 now: Optional[Callable[[], float]] = None, record: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     entries = checked_journal(attempt_dir / files.JOURNAL)  # read once: the summary, staging and progress use it
     summary = attempt_summary(attempt_dir, entries)
-    record = read_record(attempt_dir)
+    record = read_record(attempt_dir) if record is None else record
     readiness = read_readiness(attempt_dir / files.READINESS)
     view: dict[str, Any] = {"attempt": summary, "scheduler": None, "readiness": readiness}
     try:

@@ -37,17 +37,16 @@ from dd_slurm.store.record_fields import (
     state_word,
     wall_time,
 )
-from dd_slurm.store.shapes import REQUIRED, Invalid, checked, hooked, items, optional, record
+from dd_slurm.store.shapes import REQUIRED, Invalid, checked, items, optional, record
 
 __all__ = ("add_observation", "checked_record", "new_record", "read_record", "settled", "update_record")
 
 MAX_OBSERVATIONS = 50
-_TIME, _JOB_ID, _TEXT_OR_NULL = hooked(wall_time), hooked(job_id), hooked(optional_text)
 
 # One scheduler observation as `status` persists it (scheduler/observe.Observation), timed.
-OBSERVED = record([("time", _TIME, REQUIRED), ("state", hooked(state_word), REQUIRED), ("terminal", BOOL, REQUIRED),
+OBSERVED = record([("time", wall_time, REQUIRED), ("state", state_word, REQUIRED), ("terminal", BOOL, REQUIRED),
                    ("job_id", optional(TEXT), None), ("exit_code", optional(INT), None), ("signal", optional(INT), None),
-                   ("raw_state", _TEXT_OR_NULL, None), ("source", TEXT, "none"), ("reason", _TEXT_OR_NULL, None)])
+                   ("raw_state", optional_text, None), ("source", TEXT, "none"), ("reason", optional_text, None)])
 
 
 def _shard_in_run(shard: dict[str, Any]) -> None:
@@ -61,12 +60,12 @@ SHARD_OF = record([("run_id", TEXT, REQUIRED), ("index", INT, REQUIRED), ("count
 # attempt.json: written at staging, then by submit, status, list and cancel. Every field is
 # optional, so a record from an earlier step (or a hand-made fixture) still reads.
 ATTEMPT_RECORD = record([
-    ("job_id", _JOB_ID, None), ("submitted_at", _TIME, None), ("last_seen", _TIME, None),
+    ("job_id", job_id, None), ("submitted_at", wall_time, None), ("last_seen", wall_time, None),
     ("observations", items(OBSERVED), []), ("cancel_requests", items(CANCEL_REQUEST), []),
     ("attempt_id", optional(TEXT), None), ("plan_digest", optional(TEXT), None), ("bundle_digest", optional(TEXT), None),
-    ("bundle_dir", optional(TEXT), None), ("job_name", optional(TEXT), None), ("staged_at", _TIME, None),
-    ("reconcile_deadline_s", hooked(positive), None), ("shard", optional(SHARD_OF), None),
-    ("array_job_id", _JOB_ID, None), ("submit_started_at", _TIME, None), ("submit_error", _TEXT_OR_NULL, None),
+    ("bundle_dir", optional(TEXT), None), ("job_name", optional(TEXT), None), ("staged_at", wall_time, None),
+    ("reconcile_deadline_s", positive, None), ("shard", optional(SHARD_OF), None),
+    ("array_job_id", job_id, None), ("submit_started_at", wall_time, None), ("submit_error", optional_text, None),
     ("submission", optional(SUBMISSION), None), ("cluster", optional(CLUSTER), None)])
 
 

@@ -14,7 +14,6 @@ from dd_slurm.store.shapes import (
     checked,
     choice,
     free_text,
-    hooked,
     items,
     json_object,
     mapping,
@@ -37,12 +36,12 @@ FINAL = {"failed", "stopped", "lost"}
 
 _TEXT, _INT = scalar(str), scalar(int)
 REPLICA = record([
-    ("state", hooked(choice(*MOVES)), REQUIRED), ("deployment", _TEXT, REQUIRED), ("replica", _INT, REQUIRED),
+    ("state", choice(*MOVES), REQUIRED), ("deployment", _TEXT, REQUIRED), ("replica", _INT, REQUIRED),
     ("expected", _INT, REQUIRED), ("ready", items(_TEXT), REQUIRED), ("deadline", optional(scalar(float)), REQUIRED),
-    ("last_probe", optional(hooked(json_object)), REQUIRED), ("port", optional(_INT), None), ("nodes", items(_TEXT), []),
+    ("last_probe", optional(json_object), REQUIRED), ("port", optional(_INT), None), ("nodes", items(_TEXT), []),
     ("model_alias", optional(_TEXT), None), ("base_url", optional(_TEXT), None),
-    ("detail", optional(hooked(free_text)), None)])
-READINESS = record([("schema", hooked(choice(SCHEMA)), REQUIRED), ("endpoints", hooked(choice(*ENDPOINT_MOVES)), REQUIRED),
+    ("detail", optional(free_text), None)])
+READINESS = record([("schema", choice(SCHEMA), REQUIRED), ("endpoints", choice(*ENDPOINT_MOVES), REQUIRED),
                     ("deployments", mapping(REPLICA), REQUIRED), ("attempt_id", optional(_TEXT), None)])
 
 

@@ -9,7 +9,7 @@ import re
 from typing import Any, Optional
 
 from dd_slurm.plan.fields import IDENTIFIER, FieldError, check_text
-from dd_slurm.store.shapes import REQUIRED, free_text, hooked, items, optional, record, scalar
+from dd_slurm.store.shapes import REQUIRED, free_text, items, optional, record, scalar
 
 JOB_ID = re.compile(r"[1-9][0-9]{0,9}(?:_[0-9]{1,7})?\Z", re.ASCII)
 
@@ -69,7 +69,7 @@ def absolute_path(value: Any, _type: Any = None) -> Optional[str]:
 
 TEXT, FLOAT, INT, BOOL = scalar(str), scalar(float), scalar(int), scalar(bool)
 CANCEL_REQUEST = record([("time", FLOAT, REQUIRED), ("via", optional(TEXT), None)], omit_if_default=("via",))
-CLUSTER = record([("name", hooked(cluster_name), REQUIRED), ("bin_dir", hooked(absolute_path), REQUIRED),
-                  ("slurm_conf", hooked(absolute_path), None)])
+CLUSTER = record([("name", cluster_name, REQUIRED), ("bin_dir", absolute_path, REQUIRED),
+                  ("slurm_conf", absolute_path, None)])
 SUBMISSION = record([("adopted", BOOL, REQUIRED), ("duplicates_cancelled", items(TEXT), REQUIRED),
-                     ("note", hooked(free_text), REQUIRED)])
+                     ("note", free_text, REQUIRED)])

@@ -2,7 +2,8 @@
 process reads (attempt.json, readiness.json), where building the classes and their converter
 functions would be half of its time.
 
-A shape is a function from a JSON value to the record's JSON form, as the project's strict
+A shape is a function from a JSON value to the record's JSON form (the converter's field hooks
+are shapes too: their type argument is optional), as the project's strict
 converter would structure and then unstructure it: the same exact scalar types, the same field
 hooks, fields in declaration order with their defaults filled in, unknown keys refused after every
 field has passed, and the same first error (`field.path: reason`). Each shape is held to its attrs
@@ -30,22 +31,22 @@ class Invalid(ValueError):
         self.reason = reason
 
 
+def _at(prefix: str, err: Invalid | FieldError) -> Invalid:
+    """`err`, raised checking the value at `prefix`, as an Invalid at its full path."""
+    if isinstance(err, Invalid):
+        return Invalid(prefix + err.path, err.reason)
+    return Invalid(prefix + err.subpath, err.reason)
+
+
 def _under(prefix: str, check: Shape, value: Any) -> Any:
     try:
         return check(value)
-    except Invalid as err:
-        raise Invalid(prefix + err.path, err.reason) from None
-    except FieldError as err:
-        raise Invalid(prefix + err.subpath, err.reason) from None
+    except (Invalid, FieldError) as err:
+        raise _at(prefix, err) from None
 
 
 def scalar(kind: type) -> Shape:
     return lambda value: exact_scalar(value, kind)
-
-
-def hooked(hook: Callable[[Any, Any], Any]) -> Shape:
-    """A converter struct hook `(value, type)` as a shape: the one check both paths run."""
-    return lambda value: hook(value, None)
 
 
 def optional(shape: Shape) -> Shape:
@@ -57,7 +58,13 @@ def items(shape: Shape) -> Shape:
     def check(value: Any) -> list[Any]:
         if not isinstance(value, list):
             raise FieldError("must be a list")
-        return [_under(f"[{index}]", shape, item) for index, item in enumerate(value)]
+        out: list[Any] = []
+        try:
+            for item in value:
+                out.append(shape(item))
+        except (Invalid, FieldError) as err:
+            raise _at(f"[{len(out)}]", err) from None  # the item that failed: the first not in `out`
+        return out
 
     return check
 
@@ -82,14 +89,17 @@ def record(fields: Sequence[tuple[str, Shape, Any]], whole: Optional[Callable[[d
     def check(value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise FieldError("must be an object")
-        out = {}
-        for name, shape, default in fields:
-            if name in value:
-                out[name] = _under(f".{name}", shape, value[name])
-            elif default is REQUIRED:
-                raise Invalid(f".{name}", "required key is missing")
-            else:
-                out[name] = default.copy() if isinstance(default, (list, dict)) else default
+        out, name = {}, ""
+        try:
+            for name, shape, default in fields:
+                if name in value:
+                    out[name] = shape(value[name])
+                elif default is REQUIRED:
+                    raise Invalid("", "required key is missing")
+                else:
+                    out[name] = default.copy() if isinstance(default, (list, dict)) else default
+        except (Invalid, FieldError) as err:
+            raise _at(f".{name}", err) from None
         extra = sorted(key for key in value if key not in out)
         if extra:
             raise Invalid(f".{extra[0]}", "unknown key" + did_you_mean(extra[0], names))
@@ -125,9 +135,9 @@ def json_object(value: Any, _type: Any = None) -> dict[str, Any]:
     return dict(value)
 
 
-def choice(*allowed: Any) -> Callable[[Any, Any], Any]:
+def choice(*allowed: Any) -> Callable[..., Any]:
     """A struct hook accepting exactly one of `allowed` (a schema number, a state word)."""
-    def structure(value: Any, _type: Any) -> Any:
+    def structure(value: Any, _type: Any = None) -> Any:
         if type(value) not in {type(a) for a in allowed} or value not in allowed:
             raise FieldError(f"must be {' or '.join(repr(a) for a in allowed)}")
         return value

@@ -6,7 +6,8 @@ with a clean cleanup, instead of a dead supervisor that wrote nothing (superviso
 One window is left, and the test names it: between the kernel's exec of the script (the process
 is then called `slurm_script`) and env blocking the signals (env's own start-up, about a
 millisecond). A SIGTERM there ends the script before any of it ran; `status` then says
-cancelled (never_started): nothing had started, nothing is lost."""
+cancelled (never_started): nothing had started, nothing is lost. The last test shows why no
+program can close it: Slurm starts the script with no signal blocked, so only Slurm could."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import pytest
 
 from tests.runtime.harness import plan_data, read
 from tests.slurm.real_attempt import EXE, PREFIX, submit, wait_job_gone
+
+SIGTERM_BIT = 1 << (signal.SIGTERM - 1)  # in /proc/PID/status's signal masks
 
 TRIES = 20
 
@@ -110,3 +113,21 @@ def test_a_sigterm_at_the_supervisors_first_instant_ends_the_attempt_cancelled(t
     assert {n: cancelled for n in late} == late, report
     assert [] == [n for n, end in early.items() if end not in (cancelled, unstarted)], report
     assert len(early) <= TRIES // 4, report
+
+
+@pytest.mark.timeout(120)
+def test_slurm_starts_the_batch_script_with_no_signal_blocked(tmp_path, cluster) -> None:
+    """The window's cause, on every release: slurmstepd execs the batch script with an empty
+    signal mask and SIGTERM at its default action. A script whose `#!` line is
+    `/bin/cat /proc/self/status` prints the masks its first program starts with, before any
+    instruction of its own: nothing Slurm does holds a stop signal there, so a SIGTERM before that
+    program blocks it (env, here) ends the script."""
+    script, out = tmp_path / "masks.sh", tmp_path / "masks.out"
+    script.write_text("#!/bin/cat /proc/self/status\n")
+    script.chmod(0o755)
+    sbatch = subprocess.run([cluster.tool("sbatch"), "--parsable", "-J", PREFIX["current"] + "masks", "-N1", "-o", str(out),
+                             str(script)], capture_output=True, text=True, timeout=60, env=cluster.env())
+    assert 0 == sbatch.returncode, sbatch.stderr
+    wait_job_gone(sbatch.stdout.strip().split(";")[0], 60)
+    status = dict(line.split(":\t", 1) for line in out.read_text().splitlines() if ":\t" in line)
+    assert (SCRIPT_COMM, 0, 0) == (status["Name"], int(status["SigBlk"], 16), int(status["SigIgn"], 16) & SIGTERM_BIT)
