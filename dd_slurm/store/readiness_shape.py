@@ -4,23 +4,11 @@ tests/store/test_shapes.py holds this shape to that record: the same values, the
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from dd_slurm.errors import AttemptDirError
-from dd_slurm.store.shapes import (
-    REQUIRED,
-    Invalid,
-    checked,
-    choice,
-    free_text,
-    items,
-    json_object,
-    mapping,
-    optional,
-    record,
-    scalar,
-)
+from dd_slurm.store.record_fields import FLOAT, INT, TEXT
+from dd_slurm.store.shapes import REQUIRED, Invalid, checked, choice, free_text, items, json_object, mapping, optional, record
 
 SCHEMA = 2
 MOVES = {
@@ -34,28 +22,20 @@ MOVES = {
 ENDPOINT_MOVES = {"unpublished": {"published", "withdrawn"}, "published": {"withdrawn"}, "withdrawn": set()}
 FINAL = {"failed", "stopped", "lost"}
 
-_TEXT, _INT = scalar(str), scalar(int)
 REPLICA = record([
-    ("state", choice(*MOVES), REQUIRED), ("deployment", _TEXT, REQUIRED), ("replica", _INT, REQUIRED),
-    ("expected", _INT, REQUIRED), ("ready", items(_TEXT), REQUIRED), ("deadline", optional(scalar(float)), REQUIRED),
-    ("last_probe", optional(json_object), REQUIRED), ("port", optional(_INT), None), ("nodes", items(_TEXT), []),
-    ("model_alias", optional(_TEXT), None), ("base_url", optional(_TEXT), None),
+    ("state", choice(*MOVES), REQUIRED), ("deployment", TEXT, REQUIRED), ("replica", INT, REQUIRED),
+    ("expected", INT, REQUIRED), ("ready", items(TEXT), REQUIRED), ("deadline", optional(FLOAT), REQUIRED),
+    ("last_probe", optional(json_object), REQUIRED), ("port", optional(INT), None), ("nodes", items(TEXT), []),
+    ("model_alias", optional(TEXT), None), ("base_url", optional(TEXT), None),
     ("detail", optional(free_text), None)])
 READINESS = record([("schema", choice(SCHEMA), REQUIRED), ("endpoints", choice(*ENDPOINT_MOVES), REQUIRED),
-                    ("deployments", mapping(REPLICA), REQUIRED), ("attempt_id", optional(_TEXT), None)])
+                    ("deployments", mapping(REPLICA), REQUIRED), ("attempt_id", optional(TEXT), None)])
 
 
 def checked_readiness(data: Any, where: str) -> dict[str, Any]:
+    """`data` in its JSON form, every field checked; an AttemptDirError naming `where` and the
+    first wrong field otherwise."""
     try:
         return checked(data, READINESS)
     except Invalid as err:
         raise AttemptDirError(f"{where}: not a readiness record ({err})") from None
-
-
-def read_readiness(path: Path) -> Optional[dict[str, Any]]:
-    """readiness.json checked, in its JSON form; None when there is none; anything else is an
-    AttemptDirError naming the file and the first wrong field."""
-    from dd_slurm.store.view import read_json
-
-    data = read_json(path)
-    return None if data is None else checked_readiness(data, str(path))

@@ -38,13 +38,6 @@ def _at(prefix: str, err: Invalid | FieldError) -> Invalid:
     return Invalid(prefix + err.subpath, err.reason)
 
 
-def _under(prefix: str, check: Shape, value: Any) -> Any:
-    try:
-        return check(value)
-    except (Invalid, FieldError) as err:
-        raise _at(prefix, err) from None
-
-
 def scalar(kind: type) -> Shape:
     return lambda value: exact_scalar(value, kind)
 
@@ -74,7 +67,13 @@ def mapping(shape: Shape) -> Shape:
     def check(value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise FieldError("must be an object")
-        return {key: _under(f".{key}", shape, item) for key, item in value.items()}
+        out, key = {}, ""
+        try:
+            for key, item in value.items():
+                out[key] = shape(item)
+        except (Invalid, FieldError) as err:
+            raise _at(f".{key}", err) from None
+        return out
 
     return check
 
@@ -118,7 +117,10 @@ def checked(data: Any, shape: Shape) -> Any:
     that is not an object: "a JSON object was expected", as the converter says it)."""
     if not isinstance(data, dict):
         raise Invalid("", "a JSON object was expected", "a JSON object was expected")
-    return _under("", shape, data)
+    try:
+        return shape(data)
+    except (Invalid, FieldError) as err:
+        raise _at("", err) from None
 
 
 def free_text(value: Any, _type: Any = str) -> str:

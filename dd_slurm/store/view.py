@@ -68,10 +68,12 @@ def read_gateway_stats_json(path: Path) -> Optional[dict[str, Any]]:
 
 
 def read_readiness(path: Path) -> Optional[dict[str, Any]]:
-    """readiness.json validated (store/readiness_shape: the same checks as its record's converter), in its JSON form."""
-    from dd_slurm.store.readiness_shape import read_readiness as read_checked
+    """readiness.json validated (store/readiness_shape: the same checks as its record's converter),
+    in its JSON form; None when there is none."""
+    from dd_slurm.store.readiness_shape import checked_readiness
 
-    return read_checked(path)
+    data = read_json(path)
+    return None if data is None else checked_readiness(data, str(path))
 
 
 def checked_journal(path: Path) -> list[dict[str, Any]]:
@@ -110,7 +112,7 @@ def attempt_summary(directory: Path, entries: Optional[list[dict[str, Any]]] = N
 
 
 def read_attempt_record(directory: Path) -> Optional[dict[str, Any]]:
-    """attempt.json through its converter (store/attempt_record), in its JSON form; None when absent."""
+    """attempt.json checked (store/attempt_record), in its JSON form; None when absent."""
     from dd_slurm.store.attempt_record import checked_record
 
     path = directory / files.RECORD

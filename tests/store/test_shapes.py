@@ -6,6 +6,7 @@ runtime's own attrs record (store/readiness)."""
 
 from __future__ import annotations
 
+import collections.abc
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -53,7 +54,7 @@ def of_type(kind: Any) -> st.SearchStrategy:
         return st.none() | of_type(next(a for a in args if a is not type(None)))  # its type, mostly
     if origin is tuple:
         return st.lists(of_type(args[0]), max_size=3)
-    if origin in (dict, typing.Mapping) or getattr(origin, "__name__", "") == "Mapping":
+    if origin in (dict, collections.abc.Mapping):
         return st.dictionaries(TEXT, of_type(args[1]) if args[1] is not Any else JUNK, max_size=2)
     if attrs.has(kind):
         return near(kind)
